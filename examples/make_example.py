@@ -1,0 +1,208 @@
+"""Regenerate the bundled example: a small repository (as a git bundle) and one group of trajectories.
+
+    python examples/make_example.py
+
+Writes `examples/inventory.bundle` and `examples/inventory_group.json`. Commits use a fixed identity and date,
+so the bundle's base commit is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+BASE_FILES = {
+    "README.md": "# inventory\n\nA tiny stock-keeping library.\n",
+    "pyproject.toml": '[project]\nname = "inventory"\nversion = "0.1.0"\n',
+    "inventory/__init__.py": '"""A tiny stock-keeping library."""\n\nfrom inventory.stock import Item, average_price, total_value\n\n__all__ = ["Item", "average_price", "total_value"]\n',
+    "inventory/stock.py": '''"""Items in stock and what they are worth."""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Item:
+    name: str
+    price: float
+    quantity: int
+
+
+def total_value(items: list[Item]) -> float:
+    """Sum of price times quantity over all items."""
+    return sum(item.price * item.quantity for item in items)
+
+
+def average_price(items: list[Item]) -> float:
+    """Mean unit price of the items; 0.0 when there are none."""
+    return sum(item.price for item in items) / len(items)
+''',
+    "inventory/report.py": '''"""Plain-text stock reports."""
+
+from inventory.stock import Item, total_value
+
+
+def render(items: list[Item]) -> str:
+    lines = [f"{item.name:<20} {item.quantity:>5} x {item.price:>8.2f}" for item in items]
+    lines.append(f"{'total':<20} {total_value(items):>18.2f}")
+    return "\\n".join(lines)
+''',
+    "tests/test_stock.py": '''from inventory.stock import Item, average_price, total_value
+
+
+def test_total_value():
+    items = [Item("bolt", 0.5, 10), Item("nut", 0.25, 4)]
+    assert total_value(items) == 6.0
+
+
+def test_average_price():
+    items = [Item("bolt", 0.5, 10), Item("nut", 0.25, 4)]
+    assert average_price(items) == 0.375
+
+
+def test_average_price_empty():
+    assert average_price([]) == 0.0
+''',
+}
+
+STATEMENT = (
+    "average_price([]) raises ZeroDivisionError, but its docstring promises 0.0 when there are no items. "
+    "Make average_price return 0.0 for an empty list."
+)
+
+FIX = """\
+--- a/inventory/stock.py
++++ b/inventory/stock.py
+@@ -18,4 +18,6 @@ def total_value(items: list[Item]) -> float:
+ 
+ def average_price(items: list[Item]) -> float:
+     \"\"\"Mean unit price of the items; 0.0 when there are none.\"\"\"
++    if not items:
++        return 0.0
+     return sum(item.price for item in items) / len(items)
+"""
+
+FIX_OTHER_SPACING = FIX.replace("+    if not items:", "+    if  not items: ")
+
+LEFTOVER = """\
+--- /dev/null
++++ b/reproduce.py
+@@ -0,0 +1,5 @@
++from inventory.stock import average_price
++
++# check the fix by hand
++print(average_price([]))
++print("ok")
+"""
+
+TEST_EDIT = """\
+--- a/tests/test_stock.py
++++ b/tests/test_stock.py
+@@ -11,4 +11,4 @@ def test_average_price():
+ 
+ 
+ def test_average_price_empty():
+-    assert average_price([]) == 0.0
++    assert average_price([]) in (0, 0.0, None)
+"""
+
+REFORMAT = """\
+--- a/inventory/report.py
++++ b/inventory/report.py
+@@ -1,9 +1,13 @@
+ \"\"\"Plain-text stock reports.\"\"\"
+ 
+-from inventory.stock import Item, total_value
++from inventory.stock import (
++    Item,
++    total_value,
++)
+ 
+ 
+-def render(items: list[Item]) -> str:
+-    lines = [f"{item.name:<20} {item.quantity:>5} x {item.price:>8.2f}" for item in items]
++def render(items: list[Item]) -> str :
++    lines = [f"{item.name:<20} {item.quantity:>5} x {item.price:>8.2f}"
++             for item in items]
+     lines.append(f"{'total':<20} {total_value(items):>18.2f}")
+     return "\\n".join(lines)
+"""
+
+WRONG_FIX = """\
+--- a/inventory/stock.py
++++ b/inventory/stock.py
+@@ -18,4 +18,6 @@ def total_value(items: list[Item]) -> float:
+ 
+ def average_price(items: list[Item]) -> float:
+     \"\"\"Mean unit price of the items; 0.0 when there are none.\"\"\"
++    if not items:
++        return None
+     return sum(item.price for item in items) / len(items)
+"""
+
+TRAJECTORIES = [
+    ("clean", FIX, True, "The guard, nothing else."),
+    ("clean-respaced", FIX_OTHER_SPACING, True, "The same guard written with other spacing."),
+    ("leftover-script", FIX + LEFTOVER, True, "The guard plus the reproduction script it used."),
+    ("edits-tests", FIX + TEST_EDIT, True, "The guard, and a test loosened to accept None."),
+    ("reformats-report", FIX + REFORMAT, True, "The guard, and an unrelated file reformatted."),
+    ("wrong-value", WRONG_FIX, False, "Returns None instead of 0.0."),
+    ("gave-up", "", False, "No patch."),
+]
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="example",
+        GIT_AUTHOR_EMAIL="example@localhost",
+        GIT_COMMITTER_NAME="example",
+        GIT_COMMITTER_EMAIL="example@localhost",
+        GIT_AUTHOR_DATE="2024-01-01T00:00:00+0000",
+        GIT_COMMITTER_DATE="2024-01-01T00:00:00+0000",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "inventory"
+        repo.mkdir()
+        git("init", "--quiet", "--initial-branch=main", cwd=repo)
+        for name, text in BASE_FILES.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        git("add", "-A", cwd=repo)
+        git("commit", "--quiet", "-m", "inventory: stock items and reports", cwd=repo)
+        base = git("rev-parse", "HEAD", cwd=repo).strip()
+        for name, patch, _, _ in TRAJECTORIES:  # every passing example must apply cleanly
+            if patch:
+                subprocess.run(["git", "apply", "--check", "-"], cwd=repo, input=patch, text=True, check=True)
+        bundle = HERE / "inventory.bundle"
+        git("bundle", "create", "--quiet", str(bundle), "main", cwd=repo)
+    group = {
+        "group_id": "inventory-average-empty",
+        "task": {
+            "repo": "inventory.bundle",
+            "base_commit": base,
+            "statement": STATEMENT,
+            "setup": "pip install --no-deps --no-build-isolation -e . >/dev/null 2>&1 || true",
+            "test_command": "python -m pytest -q tests",
+        },
+        "trajectories": [
+            {"id": name, "patch": patch, "passed": passed, "metadata": {"note": note}}
+            for name, patch, passed, note in TRAJECTORIES
+        ],
+    }
+    (HERE / "inventory_group.json").write_text(json.dumps(group, indent=2) + "\n")
+    print(f"base commit {base}; wrote {bundle.name} and inventory_group.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""The `gagar` command: argument parsing and printing only; the work is done by the Python API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from grader import redistribute
+from grader.formats import LoadError, import_swebench, load_groups, write_groups
+from grader.graders import get_grader
+from grader.models import GroupResult
+from grader.pipeline import GradingOptions, grade_groups, write_results
+from grader.workspace import WorkspaceError, open_workspace
+
+DETAIL_LIMIT = 5  # groups printed in full after a run; larger batches get the summary only
+
+
+def _scheme_params(args: argparse.Namespace) -> dict[str, float]:
+    params: dict[str, float] = {"floor": args.floor}
+    if args.scheme == "exponential":
+        params["decay"] = args.decay
+    if args.scheme == "top-k":
+        params["k"] = args.top_k
+    return params
+
+
+def _print_group(console: Console, result: GroupResult) -> None:
+    title = f"[bold]{result.group_id}[/]: {result.status}"
+    if result.reason:
+        title += f" ({result.reason})"
+    console.print(title)
+    if result.redistribution:
+        console.print(f"  redistribution: {result.redistribution}")
+    rank_of = {tid: i + 1 for i, tier in enumerate(result.ranking) for tid in tier}
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("rank", "trajectory", "passed", "weight", "advantage before", "after", "apply", "rationale"):
+        table.add_column(column, justify="right" if column in ("rank", "weight", "advantage before", "after")
+                         else "left", overflow="fold")
+    order = [tid for tier in result.ranking for tid in tier]
+    order += [tid for tid in result.advantages_before if tid not in order]
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:+.4f}"
+
+    for tid in order:
+        report = result.trajectories.get(tid)
+        table.add_row(
+            str(rank_of.get(tid, "-")),
+            tid,
+            "yes" if report and report.passed else "no",
+            f"{result.weights[tid]:.3f}" if tid in result.weights else "-",
+            fmt(result.advantages_before.get(tid)),
+            fmt(result.advantages_after.get(tid)),
+            (report.apply_method or report.error or "-") if report else "-",
+            (report.rationale or "") if report else "",
+        )
+    console.print(table)
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    console = Console(stderr=False)
+    items = load_groups(args.inputs, pass_threshold=args.pass_threshold)
+    grader = get_grader(args.grader)
+    options = GradingOptions(
+        grade_all_pass=args.grade_all_pass,
+        scheme=args.scheme,
+        scheme_params=_scheme_params(args),
+        preserve=args.preserve,
+        max_patch_bytes=args.max_patch_bytes,
+    )
+    results: list[GroupResult] = []
+    with Progress(
+        TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
+        console=Console(stderr=True), transient=True, disable=len(items) < 2,
+    ) as progress:
+        task = progress.add_task("grade", total=len(items), last="")
+        for result in grade_groups(items, grader, options):
+            results.append(result)
+            progress.update(task, advance=1, last=f"{result.group_id}: {result.status}")
+    path = write_results(results, args.out)
+    counts = {status: sum(r.status == status for r in results) for status in ("graded", "skipped", "failed")}
+    if len(results) <= DETAIL_LIMIT:
+        for result in results:
+            _print_group(console, result)
+    else:
+        for result in results:
+            if result.status == "failed":
+                console.print(f"[red]failed[/] {result.group_id}: {result.reason}")
+    console.print(
+        f"{len(results)} groups: {counts['graded']} graded, {counts['skipped']} skipped, {counts['failed']} failed"
+        f" -> {path}"
+    )
+    return 1 if counts["failed"] else 0
+
+
+def cmd_workspace(args: argparse.Namespace) -> int:
+    items = load_groups([args.group_file])
+    groups = [item for item in items if not isinstance(item, LoadError)]
+    for item in items:
+        if isinstance(item, LoadError):
+            print(f"error: {item}", file=sys.stderr)
+    if len(groups) != 1:
+        selected = [g for g in groups if g.group_id == args.group] if args.group else []
+        if len(selected) != 1:
+            print(f"error: {args.group_file} holds {len(groups)} valid groups; choose one with --group",
+                  file=sys.stderr)
+            return 2
+        groups = selected
+    try:
+        with open_workspace(groups[0], root=args.dir, keep=True) as workspace:
+            print(f"workspace {workspace.git_dir}  (base {workspace.base_commit})")
+            for c in workspace.candidates.values():
+                where = c.ref if c.commit else f"(no branch: {c.error})"
+                method = f"  [{c.apply_method}]" if c.commit else ""
+                klass = f"  class {c.patch_class}" if c.patch_class is not None else ""
+                print(f"{c.trajectory_id}\t{'pass' if c.passed else 'fail'}\t{where}{method}{klass}")
+            print(f"inspect with: git --git-dir {workspace.git_dir} diff base candidates/<id>")
+    except WorkspaceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_import_swebench(args: argparse.Namespace) -> int:
+    groups = import_swebench(args.instances, args.predictions, args.results, repo_root=args.repo_root)
+    count = write_groups(groups, args.output)
+    print(f"wrote {count} groups to {args.output}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gagar", description="Groupwise Agentic Grading and Advantage Redistribution")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    grade = sub.add_parser("grade", help="grade groups and redistribute their advantages")
+    grade.add_argument("inputs", nargs="+", type=Path, help="group files (JSON object, JSON array or JSONL)")
+    grade.add_argument("--out", required=True, type=Path, help="run directory; results.jsonl is written there")
+    grade.add_argument("--grader", default="heuristic", choices=["heuristic"])
+    grade.add_argument("--grade-all-pass", action="store_true", help="also grade groups where every trajectory passed")
+    grade.add_argument("--scheme", default=redistribute.DEFAULT_SCHEME, choices=sorted(redistribute.WEIGHT_SCHEMES))
+    grade.add_argument("--floor", type=float, default=redistribute.DEFAULT_FLOOR, help="lowest weight, in (0, 1]")
+    grade.add_argument("--decay", type=float, default=0.5, help="per-rank factor of the exponential scheme")
+    grade.add_argument("--top-k", type=int, default=1, help="ranks kept at full weight by the top-k scheme")
+    grade.add_argument("--preserve", default="sequence", choices=["sequence", "token", "none"])
+    grade.add_argument("--pass-threshold", type=float, default=1.0, help="reward at which a trajectory passes")
+    grade.add_argument("--max-patch-bytes", type=int, default=GradingOptions.max_patch_bytes)
+    grade.set_defaults(func=cmd_grade)
+
+    workspace = sub.add_parser("workspace", help="build one group's workspace and keep it for inspection")
+    workspace.add_argument("group_file", type=Path)
+    workspace.add_argument("--dir", required=True, type=Path, help="where to build it (must be empty or new)")
+    workspace.add_argument("--group", help="group id, when the file holds several")
+    workspace.set_defaults(func=cmd_workspace)
+
+    importer = sub.add_parser("import", help="turn other formats into group files")
+    formats = importer.add_subparsers(dest="format", required=True)
+    swebench = formats.add_parser("swebench", help="SWE-bench instances, predictions and harness results")
+    swebench.add_argument("--instances", required=True, type=Path)
+    swebench.add_argument("--predictions", required=True, nargs="+", type=Path)
+    swebench.add_argument("--results", required=True, nargs="+", type=Path)
+    swebench.add_argument("--repo-root", type=Path, help="local clones named owner__repo (default: GitHub URLs)")
+    swebench.add_argument("-o", "--output", required=True, type=Path)
+    swebench.set_defaults(func=cmd_import_swebench)
+
+    try:
+        from grader.sandbox.cli import register as register_sandbox
+    except ImportError:
+        pass
+    else:
+        register_sandbox(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,212 @@
+"""Reading group files, and importing SWE-bench-style predictions as groups.
+
+A group file is one JSON object (a group), a JSON array of groups, or JSONL (one group a line). Loading never
+stops at a bad group: each entry comes back either as a validated `Group` or as a `LoadError` that names the
+entry and the cause, so one bad line never sinks its batch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from grader.models import DEFAULT_PASS_THRESHOLD, Group, Task, Trajectory, complete_group
+
+
+@dataclass(frozen=True)
+class LoadError:
+    """An entry of a group file that is not a valid group."""
+
+    source: str
+    group_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: group {self.group_id!r}: {self.reason}"
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return "; ".join(parts)
+
+
+def _entries(path: Path) -> Iterator[tuple[str, Any]]:
+    """(location, decoded JSON or the decoding error) for each entry in the file."""
+    text = path.read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield f"{path}", exc
+            return
+        for i, item in enumerate(items):
+            yield f"{path}[{i}]", item
+        return
+    if stripped.startswith("{"):
+        try:
+            yield f"{path}", json.loads(text)
+            return
+        except json.JSONDecodeError:
+            pass  # not a single object: read it as JSONL
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                yield f"{path}:{number}", json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield f"{path}:{number}", exc
+
+
+def parse_group(
+    data: Any, base_dir: Path | None = None, pass_threshold: float = DEFAULT_PASS_THRESHOLD
+) -> Group:
+    """Validate one decoded group and complete it (pass flags, GRPO advantages).
+
+    A relative local `task.repo` is resolved against `base_dir`. Raises ValueError (pydantic's
+    ValidationError is one) with the cause.
+    """
+    group = Group.model_validate(data)
+    repo = group.task.repo
+    if base_dir is not None and "://" not in repo and not repo.startswith("git@") and not Path(repo).is_absolute():
+        group = group.model_copy(
+            update={"task": group.task.model_copy(update={"repo": str((base_dir / repo).resolve())})}
+        )
+    return complete_group(group, pass_threshold=pass_threshold)
+
+
+def load_groups(
+    paths: Iterable[Path | str], pass_threshold: float = DEFAULT_PASS_THRESHOLD
+) -> list[Group | LoadError]:
+    """Every entry of every file, in order, as a Group or a LoadError."""
+    results: list[Group | LoadError] = []
+    for path in map(Path, paths):
+        try:
+            entries = list(_entries(path))
+        except (OSError, UnicodeDecodeError) as exc:
+            results.append(LoadError(str(path), "?", f"cannot read: {exc}"))
+            continue
+        for location, data in entries:
+            if isinstance(data, json.JSONDecodeError):
+                results.append(LoadError(location, "?", f"invalid JSON: {data}"))
+                continue
+            group_id = str(data.get("group_id", "?")) if isinstance(data, dict) else "?"
+            try:
+                results.append(parse_group(data, base_dir=path.parent, pass_threshold=pass_threshold))
+            except ValidationError as exc:
+                results.append(LoadError(location, group_id, _describe(exc)))
+            except ValueError as exc:
+                results.append(LoadError(location, group_id, str(exc)))
+    return results
+
+
+def load_group_file(path: Path | str) -> list[Group]:
+    """The groups of one file; raises ValueError listing every entry that is not a valid group."""
+    loaded = load_groups([path])
+    errors = [str(item) for item in loaded if isinstance(item, LoadError)]
+    if errors:
+        raise ValueError("; ".join(errors))
+    return [item for item in loaded if isinstance(item, Group)]
+
+
+def write_groups(groups: Iterable[Group], path: Path | str) -> int:
+    """Write groups as JSONL; returns how many."""
+    count = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        for group in groups:
+            handle.write(group.model_dump_json(exclude_none=True) + "\n")
+            count += 1
+    return count
+
+
+# -- SWE-bench ----------------------------------------------------------------------------------------------
+
+
+def _read_json_or_jsonl(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8").strip()
+    if text.startswith("["):
+        return list(json.loads(text))
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            pass
+        else:
+            # SWE-bench predictions may be one object keyed by instance id.
+            if "instance_id" in data:
+                return [data]
+            return [dict(value, instance_id=key) for key, value in data.items() if isinstance(value, dict)]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _resolved_ids(path: Path) -> set[str]:
+    """Resolved instance ids from a SWE-bench harness report (or a plain list of ids)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, list):
+        return {str(x) for x in data}
+    for key in ("resolved_ids", "resolved"):
+        if isinstance(data.get(key), list):
+            return {str(x) for x in data[key]}
+    # Per-instance reports: {"instance_id": {"resolved": true, ...}, ...}
+    return {key for key, value in data.items() if isinstance(value, dict) and value.get("resolved")}
+
+
+def import_swebench(
+    instances: Path | str,
+    predictions: list[Path | str],
+    results: list[Path | str],
+    repo_root: Path | str | None = None,
+) -> list[Group]:
+    """One group per instance, one trajectory per predictions file that has that instance.
+
+    `predictions[i]` pairs with `results[i]` (the harness report whose resolved ids say what passed).
+    A trajectory's id is the prediction's `model_name_or_path` (else the file's stem). The task repository is
+    `repo_root/<owner>__<name>` when `repo_root` is given, else `https://github.com/<owner>/<name>`.
+    Instances no prediction covers are left out.
+    """
+    if len(predictions) != len(results):
+        raise ValueError(f"{len(predictions)} predictions files but {len(results)} results files: pair them")
+    by_instance = {row["instance_id"]: row for row in _read_json_or_jsonl(Path(instances))}
+    trajectories: dict[str, list[Trajectory]] = {}
+    for prediction_path, result_path in zip(map(Path, predictions), map(Path, results)):
+        resolved = _resolved_ids(result_path)
+        for row in _read_json_or_jsonl(prediction_path):
+            instance_id = row["instance_id"]
+            if instance_id not in by_instance:
+                raise ValueError(f"{prediction_path}: instance {instance_id!r} is not in {instances}")
+            system = str(row.get("model_name_or_path") or prediction_path.stem)
+            taken = {t.id for t in trajectories.get(instance_id, [])}
+            if system in taken:  # two files from one system: keep both, told apart by file
+                system = f"{system}@{prediction_path.stem}"
+            trajectories.setdefault(instance_id, []).append(
+                Trajectory(
+                    id=system,
+                    patch=row.get("model_patch") or "",
+                    passed=instance_id in resolved,
+                    metadata={"predictions_file": str(prediction_path)},
+                )
+            )
+    groups = []
+    for instance_id, trajs in trajectories.items():
+        instance = by_instance[instance_id]
+        owner_name = instance["repo"]
+        repo = (
+            str(Path(repo_root) / owner_name.replace("/", "__"))
+            if repo_root is not None
+            else f"https://github.com/{owner_name}"
+        )
+        task = Task(
+            repo=repo,
+            base_commit=instance["base_commit"],
+            statement=instance.get("problem_statement", ""),
+            image=instance.get("image"),
+        )
+        groups.append(complete_group(Group(group_id=instance_id, task=task, trajectories=trajs)))
+    return groups

@@ -1,0 +1,190 @@
+"""The heuristic grader, gagar's default: ranks passing candidates from signals read off the workspace.
+
+No model and no execution: each equivalence class of patches is scored on what a reviewer would object to in
+a fix that already passes the tests, and classes are ranked by total penalty (equal penalties tie). Weights,
+per unit:
+
+    test file modified or deleted   3.0   weakening the tests is the worst way to pass them
+    leftover file                   2.0   a reproduction script, scratch file or backup left in the tree
+    out-of-scope file               1.0   a file no other candidate needed to touch
+    formatting-only file            1.0   a file whose change is only whitespace, brackets, commas or quotes
+    debug line                      1.0   print / pdb / breakpoint added where the file had none (max 3)
+    commented-out or dead code      0.5   per line (max 3)
+    size                            0.5   per doubling of changed lines over the smallest candidate
+
+Deterministic: the same workspace always gives the same ranking, signals and rationales.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from grader import patches
+from grader.graders.base import Grade
+from grader.ranking import expand_classes
+from grader.workspace import BASE, Workspace
+
+PENALTIES = {
+    "test_files_modified": 3.0,
+    "leftover_files": 2.0,
+    "out_of_scope_files": 1.0,
+    "formatting_only_files": 1.0,
+    "debug_lines": 1.0,
+    "commented_code_lines": 0.5,
+    "size": 0.5,
+}
+LINE_SIGNAL_CAP = 3
+
+_LEFTOVER_NAME = re.compile(
+    r"^(repro(duce)?|reproduction|debug|scratch|tmp|temp|test_?(fix|issue|bug|repro)|check_?fix|demo)[\w.-]*$"
+    r"|\.(bak|orig|rej|swp|swo|pyc|log|tmp)$|~$",
+    re.IGNORECASE,
+)
+_ROOT_CONVENTIONAL = {
+    "setup.py", "conftest.py", "noxfile.py", "tasks.py", "manage.py", "fabfile.py", "docs.py", "__init__.py",
+}
+_SCRIPT_SUFFIXES = {".py", ".sh", ".js", ".ts", ".rb", ".pl", ".txt", ".out", ".json", ".csv"}
+_DEBUG = re.compile(r"\bprint\s*\(|\bpdb\b|\bbreakpoint\s*\(|\bset_trace\s*\(|\bconsole\.log\s*\(|\bdbg!\(")
+_COMMENTED_CODE = re.compile(
+    r"^\s*(#|//)\s*(?:[A-Za-z_][\w.]*\s*(?:\(.*\)|\[.*\]|[-+*/]?=[^=].*)\s*$"
+    r"|return\b|import\s+\w|from\s+\S+\s+import\b|(?:if|elif|for|while|with|def|class)\b.*:\s*$|raise\s+\w)"
+)
+_DEAD_CODE = re.compile(r"^\s*(if|while)\s+(False|0)\s*:|^\s*if\s*\(\s*(false|0)\s*\)")
+_FORMATTING = re.compile(r"[\s(),'\"]+")
+
+
+@dataclass
+class _Candidate:
+    representative: str
+    parsed: Any
+    new_files: set[str]
+    touched: set[str]
+
+
+def is_leftover(path: str) -> bool:
+    """A new file that looks like scratch: a reproduction script, a backup, or a stray script at the root."""
+    pure = PurePosixPath(path)
+    if _LEFTOVER_NAME.search(pure.name):
+        return True
+    return len(pure.parts) == 1 and pure.suffix in _SCRIPT_SUFFIXES and pure.name not in _ROOT_CONVENTIONAL
+
+
+class HeuristicGrader:
+    """Ranks classes of passing candidates by penalty; see the module docstring for the signals."""
+
+    name = "heuristic"
+
+    def grade(self, workspace: Workspace) -> Grade:
+        candidates = [self._read(workspace, members[0]) for members in workspace.classes]
+        if not candidates:
+            return Grade(ranking=[])
+        sizes = {c.representative: _changed_lines(c.parsed) for c in candidates}
+        smallest = max(1, min(sizes.values()))
+        scored = []
+        for c in candidates:
+            others = set().union(*(o.touched for o in candidates if o is not c)) if len(candidates) > 1 else None
+            signals = self._signals(workspace, c, others)
+            signals["size_ratio"] = round(max(1, sizes[c.representative]) / smallest, 3)
+            penalty = sum(
+                PENALTIES[name] * len(signals[name])
+                for name in ("test_files_modified", "leftover_files", "out_of_scope_files", "formatting_only_files")
+            )
+            penalty += PENALTIES["debug_lines"] * min(LINE_SIGNAL_CAP, signals["debug_lines"])
+            penalty += PENALTIES["commented_code_lines"] * min(LINE_SIGNAL_CAP, signals["commented_code_lines"])
+            penalty += PENALTIES["size"] * math.log2(signals["size_ratio"])
+            signals["penalty"] = round(penalty, 6)
+            scored.append((signals["penalty"], c.representative, signals))
+
+        scored.sort(key=lambda item: (item[0], workspace.gradable().index(item[1])))
+        class_ranking: list[list[str]] = []
+        last_penalty = None
+        for penalty, representative, _ in scored:
+            if penalty == last_penalty:
+                class_ranking[-1].append(representative)
+            else:
+                class_ranking.append([representative])
+                last_penalty = penalty
+        classes = {members[0]: members for members in workspace.classes}
+        signals_by_id: dict[str, dict[str, Any]] = {}
+        rationales: dict[str, str] = {}
+        for _, representative, signals in scored:
+            for member in classes[representative]:
+                signals_by_id[member] = dict(signals, equivalent_to=[m for m in classes[representative] if m != member])
+                rationales[member] = _rationale(signals)
+        return Grade(ranking=expand_classes(class_ranking, classes), rationales=rationales, signals=signals_by_id)
+
+    def _read(self, workspace: Workspace, trajectory_id: str) -> _Candidate:
+        parsed = patches.parse(workspace.diff(trajectory_id))
+        touched = {patches.file_path(f) for f in parsed}
+        new = {patches.file_path(f) for f in parsed if f.is_added_file}
+        return _Candidate(trajectory_id, parsed, new, touched)
+
+    def _signals(self, workspace: Workspace, c: _Candidate, others: set[str] | None) -> dict[str, Any]:
+        leftovers = sorted(p for p in c.new_files if is_leftover(p))
+        tests_modified = sorted(p for p in c.touched - c.new_files if patches.is_test_path(p))
+        debug = commented = 0
+        formatting_only = []
+        for patched_file in c.parsed:
+            path = patches.file_path(patched_file)
+            if path in leftovers or patches.is_test_path(path):
+                continue
+            added = [line.value for hunk in patched_file for line in hunk if line.is_added]
+            removed = [line.value for hunk in patched_file for line in hunk if line.is_removed]
+            if added and removed and _FORMATTING.sub("", "".join(added)) == _FORMATTING.sub("", "".join(removed)):
+                formatting_only.append(path)
+            if any(_DEBUG.search(text) for text in added) and not self._base_uses_debug(workspace, path):
+                debug += sum(1 for text in added if _DEBUG.search(text))
+            commented += sum(1 for text in added if _COMMENTED_CODE.match(text) or _DEAD_CODE.match(text))
+        out_of_scope = []
+        if others is not None:
+            out_of_scope = sorted(
+                p for p in c.touched - others if p not in leftovers and p not in tests_modified
+                and not (patches.is_test_path(p) and p in c.new_files)
+            )
+        return {
+            "test_files_modified": tests_modified,
+            "leftover_files": leftovers,
+            "out_of_scope_files": out_of_scope,
+            "formatting_only_files": sorted(formatting_only),
+            "debug_lines": debug,
+            "commented_code_lines": commented,
+            "files": sorted(c.touched),
+            "changed_lines": _changed_lines(c.parsed),
+        }
+
+    @staticmethod
+    def _base_uses_debug(workspace: Workspace, path: str) -> bool:
+        # A command-line module that already prints is following its own convention, not debugging.
+        try:
+            text = workspace.read_file(BASE, path).decode("utf-8", "replace")
+        except FileNotFoundError:
+            return False
+        return bool(_DEBUG.search(text))
+
+
+def _changed_lines(parsed: Any) -> int:
+    return sum(f.added + f.removed for f in parsed)
+
+
+def _rationale(signals: dict[str, Any]) -> str:
+    notes = []
+    if signals["test_files_modified"]:
+        notes.append(f"modifies tests {', '.join(signals['test_files_modified'])}")
+    if signals["leftover_files"]:
+        notes.append(f"leaves {', '.join(signals['leftover_files'])}")
+    if signals["out_of_scope_files"]:
+        notes.append(f"touches {', '.join(signals['out_of_scope_files'])}, which no other candidate needed")
+    if signals["formatting_only_files"]:
+        notes.append(f"only reformats {', '.join(signals['formatting_only_files'])}")
+    if signals["debug_lines"]:
+        notes.append(f"adds {signals['debug_lines']} debug line(s)")
+    if signals["commented_code_lines"]:
+        notes.append(f"adds {signals['commented_code_lines']} commented-out or dead line(s)")
+    if signals["size_ratio"] > 1:
+        notes.append(f"{signals['size_ratio']:g}x the smallest candidate's changed lines")
+    body = "; ".join(notes) if notes else "smallest candidate, nothing flagged"
+    return f"penalty {signals['penalty']:.2f}: {body}"

@@ -1,0 +1,82 @@
+"""A cache of bare mirrors of task repositories, shared by every workspace built on this machine.
+
+Workspaces borrow objects from a mirror through git alternates, so a group costs its patches, never a clone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from grader.gitcmd import GitError, git
+
+ENV_CACHE_DIR = "GAGAR_CACHE"
+
+
+def default_cache_dir() -> Path:
+    """`$GAGAR_CACHE/mirrors`, else `$XDG_CACHE_HOME/gagar/mirrors`, else `~/.cache/gagar/mirrors`."""
+    if root := os.environ.get(ENV_CACHE_DIR):
+        return Path(root) / "mirrors"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gagar" / "mirrors"
+
+
+def _is_url(repo: str) -> bool:
+    return "://" in repo or repo.startswith("git@")
+
+
+@contextmanager
+def _locked(lock_path: Path):
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class MirrorCache:
+    """Bare mirrors keyed by repository location; safe to share between processes (file locks)."""
+
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root) if root is not None else default_cache_dir()
+
+    def path_for(self, repo: str) -> Path:
+        location = repo if _is_url(repo) else str(Path(repo).resolve())
+        name = Path(location.rstrip("/")).name.removesuffix(".git").removesuffix(".bundle") or "repo"
+        digest = hashlib.sha256(location.encode()).hexdigest()[:16]
+        return self.root / f"{name}-{digest}.git"
+
+    def mirror(self, repo: str, commit: str) -> Path:
+        """Return a mirror of `repo` that contains `commit`, cloning or fetching as needed.
+
+        Raises FileNotFoundError for a local repository that does not exist, GitError when cloning or fetching
+        fails, and LookupError when the commit is not in the repository even after a fetch.
+        """
+        if not _is_url(repo) and not Path(repo).exists():
+            raise FileNotFoundError(f"repository {repo!r} does not exist")
+        path = self.path_for(repo)
+        with _locked(path.with_suffix(".lock")):
+            if not path.exists():
+                tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+                shutil.rmtree(tmp, ignore_errors=True)
+                try:
+                    git(["clone", "--mirror", "--quiet", repo, str(tmp)])
+                except GitError:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+                tmp.rename(path)
+            if not has_commit(path, commit):
+                git(["fetch", "--quiet", "--prune", "origin", "+refs/*:refs/*"], git_dir=path, check=False)
+            if not has_commit(path, commit):
+                raise LookupError(f"base commit {commit!r} is not in repository {repo!r}")
+        return path
+
+
+def has_commit(git_dir: Path, commit: str) -> bool:
+    return git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir, check=False).returncode == 0

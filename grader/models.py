@@ -1,0 +1,155 @@
+"""Validated models at the boundary: what a group file holds, and what a graded group becomes.
+
+Everything that crosses into gagar (a group file line, an imported prediction) is parsed into these models
+first; nothing deeper in the pipeline re-validates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DEFAULT_PASS_THRESHOLD = 1.0
+GRPO_EPS = 1e-6
+
+
+class Task(BaseModel):
+    """One task: the repository and commit every trajectory of a group starts from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str = Field(description="Path or URL of a git repository; a relative path is taken from the group file.")
+    base_commit: str = Field(min_length=1)
+    statement: str = ""
+    image: str | None = None
+    setup: str | None = None
+    test_command: str | None = None
+
+
+class Trajectory(BaseModel):
+    """One rollout: its final patch, whether it passed, and its advantage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    patch: str = ""
+    passed: bool | None = None
+    reward: float | None = None
+    advantage: float | None = None
+    response_length: int | None = Field(default=None, ge=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Group(BaseModel):
+    """A rollout group: one task and the trajectories sampled for it.
+
+    After validation every trajectory has `passed` set and, when any trajectory lacked an advantage, every
+    advantage is the group's GRPO advantage computed from rewards (or from pass flags when no reward is given).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_id: str = Field(min_length=1)
+    task: Task
+    trajectories: list[Trajectory] = Field(min_length=1)
+
+    @field_validator("trajectories")
+    @classmethod
+    def _unique_ids(cls, trajectories: list[Trajectory]) -> list[Trajectory]:
+        seen: set[str] = set()
+        duplicates = sorted({t.id for t in trajectories if t.id in seen or seen.add(t.id)})  # type: ignore[func-returns-value]
+        if duplicates:
+            raise ValueError(f"duplicate trajectory ids: {', '.join(duplicates)}")
+        return trajectories
+
+    @model_validator(mode="after")
+    def _finite_numbers(self) -> Group:
+        for t in self.trajectories:
+            for name in ("reward", "advantage"):
+                value = getattr(t, name)
+                if value is not None and not math.isfinite(value):
+                    raise ValueError(f"trajectory {t.id!r}: {name} is {value!r}, not a finite number")
+        return self
+
+    def trajectory(self, trajectory_id: str) -> Trajectory:
+        for t in self.trajectories:
+            if t.id == trajectory_id:
+                return t
+        raise KeyError(f"group {self.group_id!r} has no trajectory {trajectory_id!r}")
+
+    def passing_ids(self) -> list[str]:
+        return [t.id for t in self.trajectories if t.passed]
+
+
+def complete_group(group: Group, pass_threshold: float = DEFAULT_PASS_THRESHOLD, eps: float = GRPO_EPS) -> Group:
+    """Fill in `passed` from rewards and advantages GRPO-style, returning a new group.
+
+    `passed` defaults to `reward >= pass_threshold`. When any advantage is missing, all are computed as
+    (r - mean) / (std + eps) over the group, with the unbiased std as verl and TRL compute it (a group of one
+    gets std 1); r is the reward, or the pass flag as 0/1 where no reward is given.
+    """
+    trajectories = []
+    for t in group.trajectories:
+        passed = t.passed
+        if passed is None:
+            if t.reward is None:
+                raise ValueError(f"trajectory {t.id!r} has neither `passed` nor `reward`")
+            passed = t.reward >= pass_threshold
+        trajectories.append(t.model_copy(update={"passed": passed}))
+    if any(t.advantage is None for t in trajectories):
+        rewards = [t.reward if t.reward is not None else float(bool(t.passed)) for t in trajectories]
+        n = len(rewards)
+        mean = sum(rewards) / n
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1)) if n > 1 else 1.0
+        trajectories = [
+            t.model_copy(update={"advantage": (r - mean) / (std + eps)}) for t, r in zip(trajectories, rewards)
+        ]
+    return group.model_copy(update={"trajectories": trajectories})
+
+
+Status = Literal["graded", "skipped", "failed"]
+
+
+class PatchStats(BaseModel):
+    """What a patch touches, from unidiff."""
+
+    files: list[str] = Field(default_factory=list)
+    files_touched: int = 0
+    lines_added: int = 0
+    lines_removed: int = 0
+    new_files: list[str] = Field(default_factory=list)
+    deleted_files: list[str] = Field(default_factory=list)
+    renamed_files: list[str] = Field(default_factory=list)
+    test_files: list[str] = Field(default_factory=list)
+    binary_files: list[str] = Field(default_factory=list)
+
+
+class TrajectoryReport(BaseModel):
+    """Per-trajectory facts in a result line: how its patch applied, what it touches, what the grader saw."""
+
+    passed: bool
+    branch: str | None = None
+    apply_method: str | None = None
+    error: str | None = None
+    patch_class: int | None = None
+    stats: PatchStats | None = None
+    signals: dict[str, Any] = Field(default_factory=dict)
+    rationale: str | None = None
+
+
+class GroupResult(BaseModel):
+    """One line of results.jsonl: everything known about one group after grading."""
+
+    group_id: str
+    status: Status
+    reason: str = ""
+    grader: str
+    ranking: list[list[str]] = Field(default_factory=list)
+    weights: dict[str, float] = Field(default_factory=dict)
+    advantages_before: dict[str, float | None] = Field(default_factory=dict)
+    advantages_after: dict[str, float | None] = Field(default_factory=dict)
+    redistribution: str = ""
+    trajectories: dict[str, TrajectoryReport] = Field(default_factory=dict)
+    seconds: float = 0.0

@@ -1,0 +1,204 @@
+"""Reading unified diffs: safety checks on paths, statistics, and the key that makes two patches equivalent.
+
+Pure text processing (unidiff); nothing here touches git or the file system.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from grader.models import PatchStats
+
+DEFAULT_MAX_PATCH_BYTES = 2_000_000
+
+_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.[^/]+$|(^|/)conftest\.py$")
+_DIFF_GIT = re.compile(r"^diff --git (\"?a/.*\"?) (\"?b/.*\"?)$")
+_HEADER_PATH = re.compile(r"^(?:---|\+\+\+) (.*?)(?:\t.*)?$")
+_RENAME_COPY = re.compile(r"^(?:rename|copy) (?:from|to) (.*)$")
+_SYMLINK_MODE = re.compile(r"^(?:new file mode|new mode) 120000$")
+
+
+class PatchError(ValueError):
+    """A patch that cannot be accepted; the message says why."""
+
+
+def is_test_path(path: str) -> bool:
+    """Whether a repository path looks like a test file or lives in a test directory."""
+    return bool(_TEST_PATH.search(path))
+
+
+def ensure_final_newline(patch: str) -> str:
+    """A diff whose last line lacks its newline is ordinary input (editors and JSON round trips drop it)."""
+    return patch if not patch or patch.endswith("\n") else patch + "\n"
+
+
+def _unquote(path: str) -> str:
+    if len(path) >= 2 and path[0] == '"' and path[-1] == '"':
+        # git C-quotes unusual names; decode escapes so the checks see the real bytes.
+        return path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+    return path
+
+
+def _strip_prefix(path: str) -> str:
+    path = _unquote(path.strip())
+    return path[2:] if path[:2] in ("a/", "b/") else path
+
+
+def _header_paths(patch: str) -> Iterable[tuple[int, str]]:
+    for number, line in enumerate(patch.splitlines(), start=1):
+        if m := _DIFF_GIT.match(line):
+            yield number, _strip_prefix(m.group(1))
+            yield number, _strip_prefix(m.group(2))
+        elif line.startswith(("--- ", "+++ ")) and (m := _HEADER_PATH.match(line)):
+            raw = m.group(1).strip()
+            if raw == "/dev/null":
+                continue
+            if raw.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", raw):
+                yield number, raw  # absolute: reported as such by check_paths
+            else:
+                yield number, _strip_prefix(raw)
+        elif m := _RENAME_COPY.match(line):
+            yield number, _unquote(m.group(1).strip())
+
+
+def check_paths(patch: str) -> None:
+    """Refuse a patch naming a path that is absolute, climbs out with `..`, or points into `.git`.
+
+    git apply refuses most of these too; checking first gives a message that names the path, and keeps the
+    guarantee independent of git's version.
+    """
+    for number, path in _header_paths(patch):
+        if path.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", path):
+            raise PatchError(f"line {number}: absolute path {path!r}")
+        parts = re.split(r"[\\/]+", path)
+        if ".." in parts:
+            raise PatchError(f"line {number}: path {path!r} climbs out of the repository")
+        if any(part.lower().rstrip(". ") == ".git" for part in parts):
+            raise PatchError(f"line {number}: path {path!r} points into .git")
+
+
+def check_symlinks(patch: str) -> None:
+    """Refuse new symlinks whose target is absolute or leaves the repository.
+
+    A symlink blob is harmless in git, but a tree materialized later (for a test run) would follow it.
+    """
+    lines = patch.splitlines()
+    current: str | None = None
+    symlink = False
+    for i, line in enumerate(lines):
+        if m := _DIFF_GIT.match(line):
+            current, symlink = _strip_prefix(m.group(2)), False
+        elif _SYMLINK_MODE.match(line):
+            symlink = True
+        elif symlink and line.startswith("+") and not line.startswith("+++") and current is not None:
+            target = line[1:]
+            depth = len(current.split("/")) - 1
+            climbs = 0
+            for part in re.split(r"[\\/]+", target):
+                if part == "..":
+                    climbs += 1
+                    if climbs > depth:
+                        break
+                elif part not in ("", "."):
+                    depth += 1
+            if target.startswith("/") or climbs > depth:
+                raise PatchError(f"line {i + 1}: symlink {current!r} points outside the repository ({target!r})")
+
+
+def parse(patch: str) -> PatchSet:
+    """Parse a unified diff, raising PatchError with unidiff's reason when it is malformed."""
+    try:
+        return PatchSet(ensure_final_newline(patch))
+    except UnidiffParseError as exc:
+        raise PatchError(f"malformed diff: {exc}") from exc
+
+
+def validate(patch: str, max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> PatchSet:
+    """All checks a patch passes before git sees it; returns the parsed patch."""
+    size = len(patch.encode("utf-8", "surrogateescape"))
+    if size > max_bytes:
+        raise PatchError(f"patch is {size:,} bytes, over the cap of {max_bytes:,}")
+    if "\x00" in patch:
+        raise PatchError("patch contains a NUL byte")
+    check_paths(patch)
+    check_symlinks(patch)
+    parsed = parse(patch)
+    if patch.strip() and not len(parsed) and "GIT binary patch" not in patch:
+        raise PatchError("not a unified diff: no file header found")
+    return parsed
+
+
+def file_path(patched_file) -> str:
+    """A patched file's repository path, without the a/ or b/ prefix."""
+    return _strip_prefix(patched_file.path)
+
+
+def stats(parsed: PatchSet) -> PatchStats:
+    """Files touched, lines added and removed, and the kinds of change, per unidiff."""
+    files = [file_path(f) for f in parsed]
+    return PatchStats(
+        files=files,
+        files_touched=len(files),
+        lines_added=sum(f.added for f in parsed),
+        lines_removed=sum(f.removed for f in parsed),
+        new_files=[file_path(f) for f in parsed if f.is_added_file],
+        deleted_files=[file_path(f) for f in parsed if f.is_removed_file],
+        renamed_files=[file_path(f) for f in parsed if f.is_rename],
+        test_files=[p for p in files if is_test_path(p)],
+        binary_files=[file_path(f) for f in parsed if f.is_binary_file],
+    )
+
+
+def _normalize_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """The content of one file's change, with context and line numbers dropped."""
+
+    path: str
+    removed: tuple[str, ...] = field(default_factory=tuple)
+    added: tuple[str, ...] = field(default_factory=tuple)
+
+
+def changes(parsed: PatchSet, normalize_whitespace: bool = False) -> list[FileChange]:
+    """What each file's change removes and adds, in order, sorted by path.
+
+    Context lines and hunk positions are left out, so the same edit made with more context, or applied at an
+    offset, compares equal. With `normalize_whitespace`, runs of whitespace collapse and blank lines drop out.
+    """
+    result = []
+    for patched_file in parsed:
+        removed: list[str] = []
+        added: list[str] = []
+        for hunk in patched_file:
+            for line in hunk:
+                if not (line.is_added or line.is_removed):
+                    continue
+                text = line.value.rstrip("\n")
+                if normalize_whitespace:
+                    text = _normalize_line(text)
+                    if not text:
+                        continue
+                (added if line.is_added else removed).append(text)
+        result.append(FileChange(file_path(patched_file), tuple(removed), tuple(added)))
+    return sorted(result, key=lambda change: change.path)
+
+
+def equivalence_key(parsed: PatchSet) -> str:
+    """A digest equal for patches that make the same edits up to whitespace."""
+    digest = hashlib.sha256()
+    for change in changes(parsed, normalize_whitespace=True):
+        if not change.removed and not change.added:
+            digest.update(b"F" + change.path.encode() + b"\0")  # mode-only, rename-only or binary change
+        for tag, lines in ((b"P", (change.path,)), (b"-", change.removed), (b"+", change.added)):
+            for text in lines:
+                digest.update(tag + text.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()

@@ -1,0 +1,163 @@
+"""One group from file to result: sampling, workspace, grader, validated ranking, redistribution.
+
+Every failure here becomes a result, never an exception: a group that cannot be graded passes through with
+its advantages unchanged and the reason recorded, so a batch (or a training step) always completes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grader import patches, redistribute
+from grader.formats import LoadError
+from grader.graders.base import Grader, GradingFailed
+from grader.mirrors import MirrorCache
+from grader.models import Group, GroupResult, TrajectoryReport
+from grader.ranking import InvalidRanking, validate_ranking
+from grader.sampling import skip_reason
+from grader.workspace import DEFAULT_MAX_FUZZ, WorkspaceError, open_workspace
+
+
+@dataclass
+class GradingOptions:
+    """How groups are graded and credit redistributed. The defaults are what `gagar grade` uses."""
+
+    grade_all_pass: bool = False
+    scheme: str = redistribute.DEFAULT_SCHEME
+    scheme_params: dict[str, float] = field(default_factory=lambda: {"floor": redistribute.DEFAULT_FLOOR})
+    preserve: str = "sequence"
+    max_patch_bytes: int = patches.DEFAULT_MAX_PATCH_BYTES
+    max_fuzz: int = DEFAULT_MAX_FUZZ
+    mirrors: MirrorCache | None = None
+    workspace_root: Path | None = None
+    keep_workspaces: bool = False
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _reports(group: Group) -> dict[str, TrajectoryReport]:
+    reports = {}
+    for t in group.trajectories:
+        report = TrajectoryReport(passed=bool(t.passed))
+        try:
+            report.stats = patches.stats(patches.validate(t.patch))
+        except patches.PatchError as exc:
+            report.error = f"invalid patch: {exc}"
+        reports[t.id] = report
+    return reports
+
+
+def grade_group(item: Group | LoadError, grader: Grader, options: GradingOptions | None = None) -> GroupResult:
+    """Grade one group (or report why a file entry is not a group). Never raises for bad input."""
+    options = options or GradingOptions()
+    start = time.perf_counter()
+    if isinstance(item, LoadError):
+        return GroupResult(group_id=item.group_id, status="failed", reason=f"invalid group ({item.source}): "
+                           f"{item.reason}", grader=grader.name)
+    group = item
+    before = {t.id: _finite_or_none(t.advantage) for t in group.trajectories}
+    result = GroupResult(group_id=group.group_id, status="skipped", grader=grader.name, advantages_before=before,
+                         advantages_after=dict(before))
+    reason = skip_reason(group, grade_all_pass=options.grade_all_pass)
+    if reason is not None:
+        result.reason = reason
+        result.trajectories = _reports(group)
+        result.seconds = time.perf_counter() - start
+        return result
+    try:
+        with open_workspace(group, root=options.workspace_root, keep=options.keep_workspaces,
+                            mirrors=options.mirrors, max_patch_bytes=options.max_patch_bytes,
+                            max_fuzz=options.max_fuzz) as workspace:
+            _grade_in(workspace, group, grader, options, result)
+    except WorkspaceError as exc:
+        result.status, result.reason = "failed", str(exc)
+    except Exception as exc:  # grading never crashes a training loop: any surprise fails this group only
+        result.status, result.reason = "failed", f"group {group.group_id!r}: {type(exc).__name__}: {exc}"
+    if result.status == "failed":
+        result.advantages_after = dict(before)
+        result.ranking, result.weights = [], {}
+    result.seconds = round(time.perf_counter() - start, 4)
+    return result
+
+
+def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, result: GroupResult) -> None:
+    for c in workspace.candidates.values():
+        result.trajectories[c.trajectory_id] = TrajectoryReport(
+            passed=c.passed, branch=c.ref if c.commit else None, apply_method=c.apply_method, error=c.error,
+            patch_class=c.patch_class, stats=c.stats,
+        )
+    gradable = workspace.gradable()
+    if not gradable:
+        result.status = "failed"
+        result.reason = "no passing trajectory has a patch that applies: " + "; ".join(
+            f"{c.trajectory_id}: {c.error}" for c in workspace.candidates.values() if c.passed
+        )
+        return
+    try:
+        grade = grader.grade(workspace)
+        ranking = validate_ranking(grade.ranking, gradable)
+    except InvalidRanking as exc:
+        result.status, result.reason = "failed", f"invalid ranking from {grader.name}: {exc}"
+        return
+    except GradingFailed as exc:
+        result.status, result.reason = "failed", f"{grader.name} grader failed: {exc}"
+        return
+    for trajectory_id, report in result.trajectories.items():
+        report.signals = grade.signals.get(trajectory_id, {})
+        report.rationale = grade.rationales.get(trajectory_id)
+    result.status, result.ranking = "graded", ranking
+    skipped = [c.trajectory_id for c in workspace.candidates.values() if c.passed and not c.commit]
+    result.reason = f"{len(skipped)} passing trajectories left out: {', '.join(skipped)}" if skipped else ""
+
+    weights = redistribute.rank_to_weights(ranking, options.scheme, **options.scheme_params)
+    result.weights = weights
+    included = [t for t in group.trajectories if t.id in weights or not t.passed]
+    advantages = np.array([t.advantage for t in included], dtype=np.float64)
+    passed = np.array([t.id in weights for t in included])
+    w = np.array([weights.get(t.id, 1.0) for t in included])
+    lengths = None
+    if options.preserve == "token":
+        if any(t.response_length is None for t in included if t.passed):
+            result.redistribution = "identity: preserve='token' needs response_length on every graded trajectory"
+            return
+        lengths = np.array([float(t.response_length or 0) for t in included])
+    outcome = redistribute.redistribute_group(advantages, passed, w, lengths=lengths, preserve=options.preserve)
+    result.redistribution = "applied" if outcome.applied else f"identity: {outcome.reason}"
+    for t, value in zip(included, outcome.advantages.tolist()):
+        result.advantages_after[t.id] = value
+
+
+def grade_groups(
+    items: Iterable[Group | LoadError],
+    grader: Grader,
+    options: GradingOptions | None = None,
+    on_result: Callable[[GroupResult], Any] | None = None,
+) -> Iterator[GroupResult]:
+    """Grade groups one after another, yielding each result as it is ready."""
+    for item in items:
+        result = grade_group(item, grader, options)
+        if on_result is not None:
+            on_result(result)
+        yield result
+
+
+def write_results(results: Iterable[GroupResult], out_dir: Path | str) -> Path:
+    """Write results as `out_dir/results.jsonl` (one line per group), returning the path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.jsonl"
+    with open(path, "w", encoding="utf-8") as handle:
+        for result in results:
+            handle.write(json.dumps(result.model_dump(mode="json"), allow_nan=False) + "\n")
+            handle.flush()
+    return path

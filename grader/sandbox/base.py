@@ -1,0 +1,281 @@
+"""The sandbox interface: run commands on a group's pristine trees (base and candidates), isolated.
+
+A sandbox is opened once per group over a `TreeSource` and closed as a context manager. Every `exec` starts
+from the target's pristine tree (after the task's optional `setup`): nothing a command does can change another
+target's files or what a later command starts from. Graders know the sandbox only through this module.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+BASE_TARGET = "base"
+
+Command = str | Sequence[str]
+"""A shell command line (run by `sh -c`) or an argv list (run as is)."""
+
+
+class SandboxError(RuntimeError):
+    """A sandbox could not do what was asked (unknown target, backend failure, closed sandbox)."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The requested backend or isolation is not available here; nothing was run."""
+
+
+@runtime_checkable
+class TreeSource(Protocol):
+    """Where pristine trees come from (the workspace implements it with `git archive`)."""
+
+    def targets(self) -> list[str]:
+        """Every target name: always includes "base", then the candidate ids."""
+        ...
+
+    def archive(self, target: str) -> bytes:
+        """An uncompressed tar of the target's pristine tree, as `git archive` produces it."""
+        ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to every command of a sandbox.
+
+    Defaults suit a test run of a mid-sized Python project on a small machine: 2 GiB of memory, one CPU,
+    256 processes, 256 MiB per written file, 1 MiB kept of each of stdout and stderr, 120 s per command, and
+    1 GiB of scratch space (Docker: a tmpfs, counted against memory).
+    """
+
+    memory_bytes: int = 2 * 1024**3
+    cpus: float = 1.0
+    pids: int = 256
+    file_size_bytes: int = 256 * 1024**2
+    output_bytes: int = 1024**2
+    timeout: float = 120.0
+    scratch_bytes: int = 1024**3
+    # Time between the polite TERM and the KILL when a command overruns, and the host watchdog's extra grace.
+    kill_after: float = 2.0
+    watchdog_grace: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "pids", "file_size_bytes", "output_bytes", "scratch_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Limits.{name} must be positive")
+        if self.cpus <= 0 or self.timeout <= 0 or self.kill_after < 0 or self.watchdog_grace < 0:
+            raise ValueError("Limits.cpus and Limits.timeout must be positive, the graces non-negative")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did. Output is decoded with replacement and capped (see `Limits.output_bytes`).
+
+    `timed_out` means the command was stopped at its timeout (its exit code is then 124 or 137, or -9 when
+    the host watchdog had to step in). `truncated` means some output was cut; the cut is marked in the text.
+    `isolation` names what was in force: "docker", "bubblewrap", "namespaces" or "none".
+    """
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    seconds: float
+    isolation: str
+    target: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "exit_code": self.exit_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "timed_out": self.timed_out,
+            "truncated": self.truncated,
+            "seconds": round(self.seconds, 3),
+            "isolation": self.isolation,
+        }
+
+
+@dataclass
+class _SetupState:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    result: ExecResult | None = None
+
+
+class Sandbox(ABC):
+    """Runs commands on the pristine trees of one group.
+
+    Thread-safe: `exec` may be called from several threads (that is how `exec_many` works). After `close`
+    every call raises `SandboxError`. Backends fill in `_exec_in` and may override `_open`/`_close`.
+    """
+
+    backend: str = ""
+
+    def __init__(
+        self,
+        trees: TreeSource,
+        *,
+        setup: str | None = None,
+        test_command: str | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.trees = trees
+        self.setup = setup
+        self.test_command = test_command
+        self.limits = limits or Limits()
+        names = list(trees.targets())
+        if BASE_TARGET not in names:
+            raise SandboxError(f"tree source has no {BASE_TARGET!r} target")
+        if len(set(names)) != len(names):
+            raise SandboxError("tree source lists a target twice")
+        self._targets = names
+        self._setup = {t: _SetupState() for t in names}
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    @property
+    @abstractmethod
+    def isolation(self) -> str:
+        """Which isolation every command of this sandbox runs under."""
+
+    def targets(self) -> list[str]:
+        return list(self._targets)
+
+    @property
+    def setup_results(self) -> dict[str, ExecResult]:
+        """The setup run of every target that has had one so far (setup runs lazily, on first use)."""
+        return {t: s.result for t, s in self._setup.items() if s.result is not None}
+
+    def exec(
+        self,
+        target: str,
+        command: Command,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        """Run `command` in a fresh copy of `target`'s tree and return what it did.
+
+        Never raises for what the command does (failure, timeout, kill by a limit: all are in the result).
+        Raises `SandboxError` for an unknown target, a closed sandbox or a backend failure.
+        """
+        self._check_open()
+        if target not in self._setup:
+            raise SandboxError(f"unknown target {target!r}; known: {', '.join(self._targets)}")
+        seconds = self.limits.timeout if timeout is None else float(timeout)
+        if seconds <= 0:
+            raise ValueError("timeout must be positive")
+        argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
+        if not argv:
+            raise ValueError("empty command")
+        self._ensure_setup(target)
+        result = self._exec_in(target, argv, seconds, dict(env or {}), setup=False)
+        return result
+
+    def exec_many(
+        self,
+        targets: Sequence[str],
+        command: Command,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_parallel: int | None = None,
+    ) -> dict[str, ExecResult]:
+        """Run one probe on several targets in parallel; results keyed by target, in the order given."""
+        order = list(dict.fromkeys(targets))
+        if not order:
+            return {}
+        workers = max(1, min(len(order), max_parallel or len(order)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-exec") as pool:
+            futures = {t: pool.submit(self.exec, t, command, timeout, env) for t in order}
+            return {t: futures[t].result() for t in order}
+
+    def run_tests(self, target: str, timeout: float | None = None) -> ExecResult:
+        """Run the task's `test_command` on `target`. Raises `SandboxError` when the task has none."""
+        if not self.test_command:
+            raise SandboxError("this task has no test_command")
+        return self.exec(target, self.test_command, timeout=timeout)
+
+    def close(self) -> None:
+        """Stop everything this sandbox started and remove what it created. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+
+    def _ensure_setup(self, target: str) -> None:
+        if not self.setup:
+            return
+        state = self._setup[target]
+        with state.lock:
+            if state.result is None:
+                self._check_open()
+                state.result = self._exec_in(
+                    target, ["sh", "-c", self.setup], self.limits.timeout, {}, setup=True
+                )
+
+    @abstractmethod
+    def _exec_in(
+        self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
+    ) -> ExecResult:
+        """Run argv on target. With `setup=True` the resulting tree becomes the target's pristine tree."""
+
+    @abstractmethod
+    def _close(self) -> None: ...
+
+
+Backend = Literal["docker", "local"]
+
+
+def open_sandbox(
+    trees: TreeSource,
+    backend: Backend = "docker",
+    image: str | None = None,
+    setup: str | None = None,
+    test_command: str | None = None,
+    limits: Limits | None = None,
+    isolation: str | None = None,
+) -> Sandbox:
+    """Open a sandbox over `trees`; use it as a context manager.
+
+    `image` (docker only) is used as is when given (e.g. a task's own image); otherwise the `gagar/python`
+    image made by `build_images`. `isolation` (local only) is "auto" (the best available), "bubblewrap",
+    "namespaces" or "none" (no isolation at all: must be asked for by name). Raises `SandboxUnavailable`
+    when the backend or isolation cannot be had here, `SandboxError` when starting fails.
+    """
+    limits = limits or Limits()
+    if backend == "docker":
+        if isolation not in (None, "docker"):
+            raise SandboxUnavailable(f"the docker backend has no isolation {isolation!r}")
+        from grader.sandbox.docker import DockerSandbox
+
+        return DockerSandbox(trees, image=image, setup=setup, test_command=test_command, limits=limits)
+    if backend == "local":
+        if image is not None:
+            raise SandboxUnavailable("the local backend cannot run an image; use backend='docker'")
+        from grader.sandbox.local import LocalSandbox
+
+        return LocalSandbox(
+            trees, isolation=isolation or "auto", setup=setup, test_command=test_command, limits=limits
+        )
+    raise SandboxUnavailable(f"unknown sandbox backend {backend!r}; use 'docker' or 'local'")

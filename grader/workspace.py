@@ -1,0 +1,360 @@
+"""The shared git workspace of one group: the base commit and one branch per trajectory.
+
+Built with plumbing only: every patch is applied to a private index file and committed with a fixed identity
+and date, without a working tree, so the cost grows with the patch and not with the repository. The workspace
+borrows objects from a cached mirror (alternates) and has no remotes or tags; its only refs are `base`, one
+branch per passing trajectory (`refs/heads/candidates/...`) and one ref per failing trajectory
+(`refs/failing/...`). It knows nothing of graders or sandboxes: it answers questions about trees and diffs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from git import Repo
+from git.objects import Blob, Tree
+
+from grader import patches
+from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
+from grader.mirrors import MirrorCache
+from grader.models import Group, PatchStats
+
+BASE = "base"
+BASE_REF = "refs/heads/base"
+CANDIDATE_NAMESPACE = "refs/heads/candidates/"
+FAILING_NAMESPACE = "refs/failing/"
+DEFAULT_MAX_FUZZ = 2
+
+
+class WorkspaceError(RuntimeError):
+    """The group's workspace cannot be built (repository or base commit unusable); names the group."""
+
+
+@dataclass
+class Candidate:
+    """One trajectory's place in the workspace."""
+
+    trajectory_id: str
+    passed: bool
+    ref: str
+    commit: str | None = None
+    apply_method: str | None = None
+    error: str | None = None
+    stats: PatchStats | None = None
+    patch_class: int | None = None
+    equivalence_key: str | None = field(default=None, repr=False)
+
+    @property
+    def applied(self) -> bool:
+        return self.commit is not None
+
+
+def ref_name(trajectory_id: str) -> str:
+    """A valid, collision-free ref component for any trajectory id."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", trajectory_id).strip(".-") or "t"
+    safe = re.sub(r"\.{2,}", ".", safe).removesuffix(".lock")
+    if safe != trajectory_id:
+        safe = f"{safe}-{hashlib.sha1(trajectory_id.encode()).hexdigest()[:8]}"
+    return safe
+
+
+def _apply_attempts(patch: str, max_fuzz: int) -> Iterator[tuple[str, list[str], str]]:
+    """The apply chain, most faithful first: (method, git apply flags, patch text)."""
+    yield "plain", [], patch
+    yield "3way", ["--3way"], patch
+    lf_patch = patch.replace("\r\n", "\n")
+    tolerant = ["--recount", "--ignore-whitespace", "--inaccurate-eof"]
+    yield "whitespace", tolerant, patch
+    if lf_patch != patch:
+        yield "whitespace+crlf", tolerant, lf_patch
+    for fuzz in range(1, max_fuzz + 1):
+        yield f"fuzz{fuzz}", [*tolerant, f"-C{3 - fuzz}"], lf_patch
+
+
+class Workspace:
+    """A group's repository of branches. Use `open_workspace`, which removes it afterwards."""
+
+    def __init__(self, group: Group, path: Path, mirror: Path) -> None:
+        self.group = group
+        self.path = path
+        self.git_dir = path / "repo.git"
+        self.mirror = mirror
+        self.candidates: dict[str, Candidate] = {}
+        self.classes: list[list[str]] = []
+        self.base_commit = ""
+        self._repo: Repo | None = None
+        self._worktrees: dict[str, Path] = {}
+
+    # -- building --------------------------------------------------------------------------------------
+
+    def build(self, max_patch_bytes: int, max_fuzz: int, workers: int) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        git(["init", "--bare", "--quiet", str(self.git_dir)])
+        (self.git_dir / "objects" / "info" / "alternates").write_text(str(self.mirror / "objects") + "\n")
+        shutil.rmtree(self.git_dir / "hooks", ignore_errors=True)  # samples only, but nothing should be there
+        try:
+            self.base_commit = out(["rev-parse", "--verify", f"{self.group.task.base_commit}^{{commit}}"],
+                                   git_dir=self.git_dir)
+        except GitError as exc:
+            raise WorkspaceError(
+                f"group {self.group.group_id!r}: base commit {self.group.task.base_commit!r} not found"
+            ) from exc
+        base_index = self.path / "tmp" / "base.index"
+        base_index.parent.mkdir()
+        git(["read-tree", self.base_commit], git_dir=self.git_dir, env={"GIT_INDEX_FILE": str(base_index)})
+        base_tree = out(["rev-parse", f"{self.base_commit}^{{tree}}"], git_dir=self.git_dir)
+
+        for t in self.group.trajectories:
+            namespace = CANDIDATE_NAMESPACE if t.passed else FAILING_NAMESPACE
+            self.candidates[t.id] = Candidate(t.id, bool(t.passed), namespace + ref_name(t.id))
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            trees = list(pool.map(
+                lambda item: self._apply(item[0], item[1], base_index, max_patch_bytes, max_fuzz),
+                enumerate(self.group.trajectories),
+            ))
+        self._commit(trees, base_tree)
+        self._verify()
+        self._classify()
+        shutil.rmtree(self.path / "tmp", ignore_errors=True)
+
+    def _apply(self, n: int, trajectory, base_index: Path, max_patch_bytes: int, max_fuzz: int) -> str | None:
+        candidate = self.candidates[trajectory.id]
+        try:
+            parsed = patches.validate(trajectory.patch, max_bytes=max_patch_bytes)
+        except patches.PatchError as exc:
+            candidate.error = f"invalid patch: {exc}"
+            return None
+        candidate.stats = patches.stats(parsed)
+        patch = patches.ensure_final_newline(trajectory.patch)
+        if not patch.strip():
+            candidate.apply_method = "empty"
+            return ""
+        index = base_index.with_name(f"{n}.index")
+        reasons = []
+        for method, flags, text in _apply_attempts(patch, max_fuzz):
+            shutil.copyfile(base_index, index)
+            env = {"GIT_INDEX_FILE": str(index)}
+            proc = git(["apply", "--cached", *flags, "-"], git_dir=self.git_dir, input=text.encode("utf-8",
+                       "surrogateescape"), env=env, check=False)
+            if proc.returncode == 0:
+                candidate.apply_method = method
+                return out(["write-tree"], git_dir=self.git_dir, env=env)
+            reasons.append(proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:])
+        first = next((r[0] for r in reasons if r), "git apply failed")
+        candidate.error = f"patch does not apply (tried {len(reasons)} methods): {first}"
+        return None
+
+    def _commit(self, trees: list[str | None], base_tree: str) -> None:
+        """Write every commit object in one git process, then every ref in another."""
+        pending = [(c, tree) for c, tree in zip(self.candidates.values(), trees) if tree is not None]
+        to_write = [(c, tree) for c, tree in pending if tree and tree != base_tree]
+        for c, tree in pending:
+            if not tree or tree == base_tree:
+                c.commit = self.base_commit  # an empty patch changes nothing: its branch is the base
+        if to_write:
+            bodies = [
+                f"tree {tree}\nparent {self.base_commit}\nauthor {COMMIT_IDENTITY} {COMMIT_EPOCH}\n"
+                f"committer {COMMIT_IDENTITY} {COMMIT_EPOCH}\n\ntrajectory {c.trajectory_id}\n"
+                for c, tree in to_write
+            ]
+            tmp = self.path / "tmp"
+            paths = []
+            for i, body in enumerate(bodies):
+                paths.append(tmp / f"{i}.commit")
+                paths[-1].write_text(body)
+            shas = out(["hash-object", "-t", "commit", "-w", "--stdin-paths"], git_dir=self.git_dir,
+                       input="\n".join(map(str, paths)).encode() + b"\n").split()
+            for (c, _), sha in zip(to_write, shas):
+                c.commit = sha
+        updates = [f"update {BASE_REF} {self.base_commit}"]
+        updates += [f"update {c.ref} {c.commit}" for c in self.candidates.values() if c.commit]
+        git(["update-ref", "--stdin"], git_dir=self.git_dir, input=("\n".join(updates) + "\n").encode())
+
+    def _verify(self) -> None:
+        """Check that each branch's diff against base makes exactly the changes its patch makes."""
+        changed = [c for c in self.candidates.values() if c.commit and c.commit != self.base_commit]
+        if not changed:
+            return
+        proc = git(["diff-tree", "--stdin", "-p", "-M", "--full-index", "--no-color"], git_dir=self.git_dir,
+                   input="".join(f"{c.commit}\n" for c in changed).encode())
+        diffs = _split_diff_tree(proc.stdout.decode("utf-8", "surrogateescape"), [c.commit for c in changed])
+        for c in changed:
+            trajectory = self.group.trajectory(c.trajectory_id)
+            loose = c.apply_method != "plain"
+            expected = patches.changes(patches.parse(trajectory.patch), normalize_whitespace=loose)
+            branch_diff = patches.parse(diffs.get(c.commit or "", ""))
+            actual = patches.changes(branch_diff, normalize_whitespace=loose)
+            if expected != actual:
+                c.error = f"branch diff differs from the patch as applied ({c.apply_method}): " + _first_difference(
+                    expected, actual)
+                c.commit = None
+                continue
+            c.equivalence_key = patches.equivalence_key(branch_diff) + self._binary_ids(c, branch_diff)
+
+    def _binary_ids(self, c: Candidate, branch_diff) -> str:
+        binaries = [patches.stats(branch_diff).binary_files]
+        if not binaries[0]:
+            return ""
+        listing = out(["ls-tree", "-r", c.commit or "", "--", *binaries[0]], git_dir=self.git_dir)
+        return hashlib.sha256(listing.encode()).hexdigest()
+
+    def _classify(self) -> None:
+        keys: dict[str, int] = {}
+        for c in self.candidates.values():
+            if not (c.passed and c.commit):
+                continue
+            key = c.equivalence_key or ("empty" if c.commit == self.base_commit else c.commit)
+            if key not in keys:
+                keys[key] = len(self.classes)
+                self.classes.append([])
+            c.patch_class = keys[key]
+            self.classes[keys[key]].append(c.trajectory_id)
+
+    # -- reading ---------------------------------------------------------------------------------------
+
+    @property
+    def repo(self) -> Repo:
+        if self._repo is None:
+            self._repo = Repo(self.git_dir)
+        return self._repo
+
+    def gradable(self) -> list[str]:
+        """Passing trajectories whose patch applied and verified: the ones a grader ranks."""
+        return [c.trajectory_id for c in self.candidates.values() if c.passed and c.commit]
+
+    def targets(self) -> list[str]:
+        """`base` and every gradable trajectory: what a sandbox can run on."""
+        return [BASE, *self.gradable()]
+
+    def commit_of(self, target: str) -> str:
+        if target == BASE:
+            return self.base_commit
+        candidate = self.candidates.get(target)
+        if candidate is None:
+            raise KeyError(f"group {self.group.group_id!r} has no trajectory {target!r}")
+        if candidate.commit is None:
+            raise KeyError(f"group {self.group.group_id!r}: trajectory {target!r} has no branch ({candidate.error})")
+        return candidate.commit
+
+    def diff(self, target: str, against: str = BASE, paths: list[str] | None = None, context: int = 3) -> str:
+        """The unified diff from `against` to `target`, optionally limited to paths."""
+        args = ["diff", f"-U{context}", "--no-color", "--no-ext-diff", "--no-textconv",
+                self.commit_of(against), self.commit_of(target)]
+        if paths:
+            args += ["--", *paths]
+        return git(args, git_dir=self.git_dir).stdout.decode("utf-8", "replace")
+
+    def read_file(self, target: str, path: str) -> bytes:
+        """A file's bytes at a target, read from git objects. Raises FileNotFoundError if it is not a file."""
+        try:
+            item = self.repo.commit(self.commit_of(target)).tree / path
+        except KeyError:
+            raise FileNotFoundError(f"{path!r} does not exist on {target!r}") from None
+        if not isinstance(item, Blob):
+            raise FileNotFoundError(f"{path!r} is not a file on {target!r}")
+        return item.data_stream.read()
+
+    def exists(self, target: str, path: str) -> bool:
+        try:
+            self.repo.commit(self.commit_of(target)).tree / path
+        except KeyError:
+            return False
+        return True
+
+    def list_files(self, target: str, under: str = "") -> list[str]:
+        tree: Tree = self.repo.commit(self.commit_of(target)).tree
+        if under:
+            tree = tree / under.strip("/")
+        return [item.path for item in tree.traverse() if isinstance(item, Blob)]
+
+    def archive(self, target: str) -> bytes:
+        """The target's pristine tree as an uncompressed tar (what a sandbox copies in)."""
+        return git(["archive", "--format=tar", self.commit_of(target)], git_dir=self.git_dir).stdout
+
+    def worktree(self, target: str) -> Path:
+        """A checked-out working tree of one target, made on first request and removed with the workspace."""
+        if target not in self._worktrees:
+            path = self.path / "worktrees" / ref_name(target)
+            git(["worktree", "add", "--detach", "--quiet", str(path), self.commit_of(target)],
+                git_dir=self.git_dir)
+            self._worktrees[target] = path
+        return self._worktrees[target]
+
+    def refs(self) -> list[str]:
+        return out(["for-each-ref", "--format=%(refname)"], git_dir=self.git_dir).splitlines()
+
+    def close(self) -> None:
+        if self._repo is not None:
+            self._repo.close()
+            self._repo = None
+
+
+def _split_diff_tree(text: str, commits: list[str]) -> dict[str, str]:
+    wanted = set(commits)
+    result: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines(keepends=True):
+        sha = line.strip()
+        if sha in wanted and len(sha) == 40:
+            current = result.setdefault(sha, [])
+        elif current is not None:
+            current.append(line)
+    return {sha: "".join(lines) for sha, lines in result.items()}
+
+
+def _first_difference(expected: list[patches.FileChange], actual: list[patches.FileChange]) -> str:
+    expected_paths = [c.path for c in expected]
+    actual_paths = [c.path for c in actual]
+    if expected_paths != actual_paths:
+        return f"files {expected_paths} in the patch, {actual_paths} on the branch"
+    for e, a in zip(expected, actual):
+        if e != a:
+            return f"{e.path}: the patch removes {len(e.removed)} and adds {len(e.added)} lines, " \
+                   f"the branch removes {len(a.removed)} and adds {len(a.added)}"
+    return "unknown difference"
+
+
+@contextmanager
+def open_workspace(
+    group: Group,
+    root: Path | str | None = None,
+    keep: bool = False,
+    mirrors: MirrorCache | None = None,
+    max_patch_bytes: int = patches.DEFAULT_MAX_PATCH_BYTES,
+    max_fuzz: int = DEFAULT_MAX_FUZZ,
+    workers: int = 4,
+) -> Iterator[Workspace]:
+    """Build the workspace of a completed group (see `models.complete_group`) and remove it on exit.
+
+    `root` is where it lives (a new temporary directory by default); with `keep` it stays for inspection.
+    Trajectory-level problems (a patch that is invalid or does not apply) are recorded on the trajectory's
+    `Candidate.error`; group-level ones raise WorkspaceError naming the group and the cause.
+    """
+    mirrors = mirrors or MirrorCache()
+    try:
+        mirror = mirrors.mirror(group.task.repo, group.task.base_commit)
+    except (FileNotFoundError, LookupError, GitError) as exc:
+        raise WorkspaceError(f"group {group.group_id!r}: {exc}") from exc
+    if root is None:
+        path = Path(tempfile.mkdtemp(prefix=f"gagar-{ref_name(group.group_id)}-"))
+    else:
+        path = Path(root)
+        if path.exists() and any(path.iterdir()):
+            raise WorkspaceError(f"group {group.group_id!r}: workspace directory {str(path)!r} is not empty")
+    workspace = Workspace(group, path, mirror)
+    try:
+        workspace.build(max_patch_bytes=max_patch_bytes, max_fuzz=max_fuzz, workers=workers)
+        yield workspace
+    finally:
+        workspace.close()
+        if not keep:
+            shutil.rmtree(path, ignore_errors=True)
