@@ -19,7 +19,9 @@ HERE = Path(__file__).resolve().parent
 BASE_FILES = {
     "README.md": "# inventory\n\nA tiny stock-keeping library.\n",
     "pyproject.toml": '[project]\nname = "inventory"\nversion = "0.1.0"\n',
-    "inventory/__init__.py": '"""A tiny stock-keeping library."""\n\nfrom inventory.stock import Item, average_price, total_value\n\n__all__ = ["Item", "average_price", "total_value"]\n',
+    "inventory/__init__.py": '"""A tiny stock-keeping library."""\n\n'
+    "from inventory.stock import Item, average_price, total_value\n\n"
+    '__all__ = ["Item", "average_price", "total_value"]\n',
     "inventory/stock.py": '''"""Items in stock and what they are worth."""
 
 from dataclasses import dataclass
@@ -51,7 +53,7 @@ def render(items: list[Item]) -> str:
     lines.append(f"{'total':<20} {total_value(items):>18.2f}")
     return "\\n".join(lines)
 ''',
-    "tests/test_stock.py": '''from inventory.stock import Item, average_price, total_value
+    "tests/test_stock.py": """from inventory.stock import Item, average_price, total_value
 
 
 def test_total_value():
@@ -66,7 +68,7 @@ def test_average_price():
 
 def test_average_price_empty():
     assert average_price([]) == 0.0
-''',
+""",
 }
 
 STATEMENT = (
@@ -74,84 +76,40 @@ STATEMENT = (
     "Make average_price return 0.0 for an empty list."
 )
 
-FIX = """\
---- a/inventory/stock.py
-+++ b/inventory/stock.py
-@@ -18,4 +18,6 @@ def total_value(items: list[Item]) -> float:
- 
- def average_price(items: list[Item]) -> float:
-     \"\"\"Mean unit price of the items; 0.0 when there are none.\"\"\"
-+    if not items:
-+        return 0.0
-     return sum(item.price for item in items) / len(items)
-"""
+STOCK = BASE_FILES["inventory/stock.py"]
+GUARDED = STOCK.replace(
+    "    return sum(item.price for item in items) / len(items)",
+    "    if not items:\n        return 0.0\n    return sum(item.price for item in items) / len(items)",
+)
 
-FIX_OTHER_SPACING = FIX.replace("+    if not items:", "+    if  not items: ")
-
-LEFTOVER = """\
---- /dev/null
-+++ b/reproduce.py
-@@ -0,0 +1,5 @@
-+from inventory.stock import average_price
-+
-+# check the fix by hand
-+print(average_price([]))
-+print("ok")
-"""
-
-TEST_EDIT = """\
---- a/tests/test_stock.py
-+++ b/tests/test_stock.py
-@@ -11,4 +11,4 @@ def test_average_price():
- 
- 
- def test_average_price_empty():
--    assert average_price([]) == 0.0
-+    assert average_price([]) in (0, 0.0, None)
-"""
-
-REFORMAT = """\
---- a/inventory/report.py
-+++ b/inventory/report.py
-@@ -1,9 +1,13 @@
- \"\"\"Plain-text stock reports.\"\"\"
- 
--from inventory.stock import Item, total_value
-+from inventory.stock import (
-+    Item,
-+    total_value,
-+)
- 
- 
--def render(items: list[Item]) -> str:
--    lines = [f"{item.name:<20} {item.quantity:>5} x {item.price:>8.2f}" for item in items]
-+def render(items: list[Item]) -> str :
-+    lines = [f"{item.name:<20} {item.quantity:>5} x {item.price:>8.2f}"
-+             for item in items]
-     lines.append(f"{'total':<20} {total_value(items):>18.2f}")
-     return "\\n".join(lines)
-"""
-
-WRONG_FIX = """\
---- a/inventory/stock.py
-+++ b/inventory/stock.py
-@@ -18,4 +18,6 @@ def total_value(items: list[Item]) -> float:
- 
- def average_price(items: list[Item]) -> float:
-     \"\"\"Mean unit price of the items; 0.0 when there are none.\"\"\"
-+    if not items:
-+        return None
-     return sum(item.price for item in items) / len(items)
-"""
+# Each trajectory is the files it leaves changed; the patch is what `git diff` makes of them.
+FIX = {"inventory/stock.py": GUARDED}
+FIX_OTHER_SPACING = {"inventory/stock.py": GUARDED.replace("    if not items:", "    if  not items: ")}
+LEFTOVER = {
+    "reproduce.py": "from inventory.stock import average_price\n\n# check the fix by hand\n"
+    "print(average_price([]))\nprint('ok')\n"
+}
+TEST_EDIT = {
+    "tests/test_stock.py": BASE_FILES["tests/test_stock.py"].replace(
+        "assert average_price([]) == 0.0", "assert average_price([]) in (0, 0.0, None)"
+    )
+}
+REFORMAT = {
+    "inventory/report.py": BASE_FILES["inventory/report.py"]
+    .replace("import Item, total_value", "import (\n    Item,\n    total_value,\n)")
+    .replace("-> str:", "-> str :")
+    .replace(" for item in items]", "\n             for item in items]")
+}
+WRONG_FIX = {"inventory/stock.py": GUARDED.replace("return 0.0", "return None")}
 
 TRAJECTORIES = [
     ("clean", FIX, True, "The guard, nothing else."),
     ("clean-respaced", FIX_OTHER_SPACING, True, "The same guard written with other spacing."),
-    ("leftover-script", FIX + LEFTOVER, True, "The guard plus the reproduction script it used."),
-    ("edits-tests", FIX + TEST_EDIT, True, "The guard, and a test loosened to accept None."),
-    ("reformats-report", FIX + REFORMAT, True, "The guard, and an unrelated file reformatted."),
+    ("leftover-script", {**FIX, **LEFTOVER}, True, "The guard plus the reproduction script it used."),
+    ("edits-tests", {**FIX, **TEST_EDIT}, True, "The guard, and a test loosened to accept None."),
+    ("reformats-report", {**FIX, **REFORMAT}, True, "The guard, and an unrelated file reformatted."),
     ("wrong-value", WRONG_FIX, False, "Returns None instead of 0.0."),
-    ("gave-up", "", False, "No patch."),
+    ("gave-up", {}, False, "No patch."),
 ]
 
 
@@ -170,6 +128,17 @@ def git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
+def diff(repo: Path, files: dict[str, str]) -> str:
+    """The patch that leaves `files` changed, made by git and undone afterwards."""
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git("add", "-A", cwd=repo)
+    patch = git("diff", "--cached", cwd=repo)
+    git("reset", "--quiet", "--hard", cwd=repo)
+    return patch
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "inventory"
@@ -181,9 +150,7 @@ def main() -> None:
         git("add", "-A", cwd=repo)
         git("commit", "--quiet", "-m", "inventory: stock items and reports", cwd=repo)
         base = git("rev-parse", "HEAD", cwd=repo).strip()
-        for name, patch, _, _ in TRAJECTORIES:  # every passing example must apply cleanly
-            if patch:
-                subprocess.run(["git", "apply", "--check", "-"], cwd=repo, input=patch, text=True, check=True)
+        patches = {name: diff(repo, files) for name, files, _, _ in TRAJECTORIES}
         bundle = HERE / "inventory.bundle"
         git("bundle", "create", "--quiet", str(bundle), "main", cwd=repo)
     group = {
@@ -196,8 +163,8 @@ def main() -> None:
             "test_command": "python -m pytest -q tests",
         },
         "trajectories": [
-            {"id": name, "patch": patch, "passed": passed, "metadata": {"note": note}}
-            for name, patch, passed, note in TRAJECTORIES
+            {"id": name, "patch": patches[name], "passed": passed, "metadata": {"note": note}}
+            for name, _, passed, note in TRAJECTORIES
         ],
     }
     (HERE / "inventory_group.json").write_text(json.dumps(group, indent=2) + "\n")

@@ -1,0 +1,55 @@
+"""gagar: Groupwise Agentic Grading and Advantage Redistribution.
+
+The public API. Load groups, grade them, redistribute advantages:
+
+    from grader import load_groups, get_grader, grade_group
+    for group in load_groups(["examples/inventory_group.json"]):
+        result = grade_group(group, get_grader("heuristic"))
+        print(result.ranking, result.advantages_after)
+"""
+
+from grader.formats import LoadError, import_swebench, load_group_file, load_groups, parse_group
+from grader.graders import Grade, Grader, GradingFailed, get_grader
+from grader.models import Group, GroupResult, Task, Trajectory
+from grader.pipeline import GradingOptions, grade_group, grade_groups, write_results
+from grader.ranking import InvalidRanking, validate_ranking
+from grader.redistribute import (
+    is_mixed_group,
+    mixed_group_mask,
+    rank_to_weights,
+    redistribute_batch,
+    redistribute_group,
+)
+from grader.workspace import Workspace, WorkspaceError, open_workspace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Grade",
+    "Grader",
+    "GradingFailed",
+    "GradingOptions",
+    "Group",
+    "GroupResult",
+    "InvalidRanking",
+    "LoadError",
+    "Task",
+    "Trajectory",
+    "Workspace",
+    "WorkspaceError",
+    "get_grader",
+    "grade_group",
+    "grade_groups",
+    "import_swebench",
+    "is_mixed_group",
+    "load_group_file",
+    "load_groups",
+    "mixed_group_mask",
+    "open_workspace",
+    "parse_group",
+    "rank_to_weights",
+    "redistribute_batch",
+    "redistribute_group",
+    "validate_ranking",
+    "write_results",
+]

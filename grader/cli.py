@@ -39,9 +39,9 @@ def _print_group(console: Console, result: GroupResult) -> None:
         console.print(f"  redistribution: {result.redistribution}")
     rank_of = {tid: i + 1 for i, tier in enumerate(result.ranking) for tid in tier}
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("rank", "trajectory", "passed", "weight", "advantage before", "after", "apply", "rationale"):
-        table.add_column(column, justify="right" if column in ("rank", "weight", "advantage before", "after")
-                         else "left", overflow="fold")
+    for column in ("rank", "trajectory", "passed", "weight", "advantage before", "after", "apply"):
+        numeric = column in ("rank", "weight", "advantage before", "after")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=column == "trajectory")
     order = [tid for tier in result.ranking for tid in tier]
     order += [tid for tid in result.advantages_before if tid not in order]
 
@@ -58,9 +58,12 @@ def _print_group(console: Console, result: GroupResult) -> None:
             fmt(result.advantages_before.get(tid)),
             fmt(result.advantages_after.get(tid)),
             (report.apply_method or report.error or "-") if report else "-",
-            (report.rationale or "") if report else "",
         )
     console.print(table)
+    for tid in order:
+        report = result.trajectories.get(tid)
+        if report and (report.rationale or report.error):
+            console.print(f"  {tid}: {report.rationale or report.error}", highlight=False)
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
@@ -76,8 +79,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
     )
     results: list[GroupResult] = []
     with Progress(
-        TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
-        console=Console(stderr=True), transient=True, disable=len(items) < 2,
+        TextColumn("grading"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=Console(stderr=True),
+        transient=True,
+        disable=len(items) < 2,
     ) as progress:
         task = progress.add_task("grade", total=len(items), last="")
         for result in grade_groups(items, grader, options):
@@ -93,8 +102,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
             if result.status == "failed":
                 console.print(f"[red]failed[/] {result.group_id}: {result.reason}")
     console.print(
-        f"{len(results)} groups: {counts['graded']} graded, {counts['skipped']} skipped, {counts['failed']} failed"
-        f" -> {path}"
+        f"{len(results)} groups: {counts['graded']} graded, {counts['skipped']} skipped, "
+        f"{counts['failed']} failed -> {path}"
     )
     return 1 if counts["failed"] else 0
 
@@ -108,8 +117,10 @@ def cmd_workspace(args: argparse.Namespace) -> int:
     if len(groups) != 1:
         selected = [g for g in groups if g.group_id == args.group] if args.group else []
         if len(selected) != 1:
-            print(f"error: {args.group_file} holds {len(groups)} valid groups; choose one with --group",
-                  file=sys.stderr)
+            print(
+                f"error: {args.group_file} holds {len(groups)} valid groups; choose one with --group",
+                file=sys.stderr,
+            )
             return 2
         groups = selected
     try:
@@ -135,20 +146,32 @@ def cmd_import_swebench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gagar", description="Groupwise Agentic Grading and Advantage Redistribution")
+    parser = argparse.ArgumentParser(
+        prog="gagar", description="Groupwise Agentic Grading and Advantage Redistribution"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     grade = sub.add_parser("grade", help="grade groups and redistribute their advantages")
     grade.add_argument("inputs", nargs="+", type=Path, help="group files (JSON object, JSON array or JSONL)")
-    grade.add_argument("--out", required=True, type=Path, help="run directory; results.jsonl is written there")
+    grade.add_argument(
+        "--out", required=True, type=Path, help="run directory; results.jsonl is written there"
+    )
     grade.add_argument("--grader", default="heuristic", choices=["heuristic"])
-    grade.add_argument("--grade-all-pass", action="store_true", help="also grade groups where every trajectory passed")
-    grade.add_argument("--scheme", default=redistribute.DEFAULT_SCHEME, choices=sorted(redistribute.WEIGHT_SCHEMES))
-    grade.add_argument("--floor", type=float, default=redistribute.DEFAULT_FLOOR, help="lowest weight, in (0, 1]")
+    grade.add_argument(
+        "--grade-all-pass", action="store_true", help="also grade groups where every trajectory passed"
+    )
+    grade.add_argument(
+        "--scheme", default=redistribute.DEFAULT_SCHEME, choices=sorted(redistribute.WEIGHT_SCHEMES)
+    )
+    grade.add_argument(
+        "--floor", type=float, default=redistribute.DEFAULT_FLOOR, help="lowest weight, in (0, 1]"
+    )
     grade.add_argument("--decay", type=float, default=0.5, help="per-rank factor of the exponential scheme")
     grade.add_argument("--top-k", type=int, default=1, help="ranks kept at full weight by the top-k scheme")
     grade.add_argument("--preserve", default="sequence", choices=["sequence", "token", "none"])
-    grade.add_argument("--pass-threshold", type=float, default=1.0, help="reward at which a trajectory passes")
+    grade.add_argument(
+        "--pass-threshold", type=float, default=1.0, help="reward at which a trajectory passes"
+    )
     grade.add_argument("--max-patch-bytes", type=int, default=GradingOptions.max_patch_bytes)
     grade.set_defaults(func=cmd_grade)
 
@@ -164,7 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     swebench.add_argument("--instances", required=True, type=Path)
     swebench.add_argument("--predictions", required=True, nargs="+", type=Path)
     swebench.add_argument("--results", required=True, nargs="+", type=Path)
-    swebench.add_argument("--repo-root", type=Path, help="local clones named owner__repo (default: GitHub URLs)")
+    swebench.add_argument(
+        "--repo-root", type=Path, help="local clones named owner__repo (default: GitHub URLs)"
+    )
     swebench.add_argument("-o", "--output", required=True, type=Path)
     swebench.set_defaults(func=cmd_import_swebench)
 
@@ -188,4 +213,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

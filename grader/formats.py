@@ -75,7 +75,12 @@ def parse_group(
     """
     group = Group.model_validate(data)
     repo = group.task.repo
-    if base_dir is not None and "://" not in repo and not repo.startswith("git@") and not Path(repo).is_absolute():
+    if (
+        base_dir is not None
+        and "://" not in repo
+        and not repo.startswith("git@")
+        and not Path(repo).is_absolute()
+    ):
         group = group.model_copy(
             update={"task": group.task.model_copy(update={"repo": str((base_dir / repo).resolve())})}
         )
@@ -175,7 +180,7 @@ def import_swebench(
         raise ValueError(f"{len(predictions)} predictions files but {len(results)} results files: pair them")
     by_instance = {row["instance_id"]: row for row in _read_json_or_jsonl(Path(instances))}
     trajectories: dict[str, list[Trajectory]] = {}
-    for prediction_path, result_path in zip(map(Path, predictions), map(Path, results)):
+    for prediction_path, result_path in zip(map(Path, predictions), map(Path, results), strict=True):
         resolved = _resolved_ids(result_path)
         for row in _read_json_or_jsonl(prediction_path):
             instance_id = row["instance_id"]

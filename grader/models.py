@@ -20,7 +20,9 @@ class Task(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    repo: str = Field(description="Path or URL of a git repository; a relative path is taken from the group file.")
+    repo: str = Field(
+        description="Path or URL of a git repository; a relative path is taken from the group file."
+    )
     base_commit: str = Field(min_length=1)
     statement: str = ""
     image: str | None = None
@@ -45,8 +47,8 @@ class Trajectory(BaseModel):
 class Group(BaseModel):
     """A rollout group: one task and the trajectories sampled for it.
 
-    After validation every trajectory has `passed` set and, when any trajectory lacked an advantage, every
-    advantage is the group's GRPO advantage computed from rewards (or from pass flags when no reward is given).
+    After `complete_group` every trajectory has `passed` set and, when any trajectory lacked an advantage,
+    every advantage is the group's GRPO advantage, from rewards (or from pass flags where no reward is given).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -83,7 +85,9 @@ class Group(BaseModel):
         return [t.id for t in self.trajectories if t.passed]
 
 
-def complete_group(group: Group, pass_threshold: float = DEFAULT_PASS_THRESHOLD, eps: float = GRPO_EPS) -> Group:
+def complete_group(
+    group: Group, pass_threshold: float = DEFAULT_PASS_THRESHOLD, eps: float = GRPO_EPS
+) -> Group:
     """Fill in `passed` from rewards and advantages GRPO-style, returning a new group.
 
     `passed` defaults to `reward >= pass_threshold`. When any advantage is missing, all are computed as
@@ -104,7 +108,8 @@ def complete_group(group: Group, pass_threshold: float = DEFAULT_PASS_THRESHOLD,
         mean = sum(rewards) / n
         std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1)) if n > 1 else 1.0
         trajectories = [
-            t.model_copy(update={"advantage": (r - mean) / (std + eps)}) for t, r in zip(trajectories, rewards)
+            t.model_copy(update={"advantage": (r - mean) / (std + eps)})
+            for t, r in zip(trajectories, rewards, strict=True)
         ]
     return group.model_copy(update={"trajectories": trajectories})
 

@@ -108,13 +108,74 @@ def check_symlinks(patch: str) -> None:
                 elif part not in ("", "."):
                     depth += 1
             if target.startswith("/") or climbs > depth:
-                raise PatchError(f"line {i + 1}: symlink {current!r} points outside the repository ({target!r})")
+                raise PatchError(
+                    f"line {i + 1}: symlink {current!r} points outside the repository ({target!r})"
+                )
+
+
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$")
+
+
+def _ends_hunk(lines: list[str], j: int) -> bool:
+    line = lines[j]
+    if line.startswith(("@@", "diff --git ")):
+        return True
+    return line.startswith("--- ") and j + 1 < len(lines) and lines[j + 1].startswith("+++ ")
+
+
+def recount(patch: str) -> str:
+    """Rewrite each hunk header's line counts from the lines that follow it, as `git apply --recount` does.
+
+    Model-written diffs often carry wrong counts. A last hunk that ends with the text while short of changed
+    lines its header promises is a truncated patch and raises PatchError; one short only of trailing context
+    (up to 3 lines, as when trailing blank lines were stripped) keeps its edit intact and is recounted.
+    """
+    lines = patch.splitlines(keepends=True)
+    result: list[str] = []
+    i = 0
+    while i < len(lines):
+        header = _HUNK_HEADER.match(lines[i].rstrip("\r\n"))
+        if not header:
+            result.append(lines[i])
+            i += 1
+            continue
+        old = new = 0
+        j = i + 1
+        while j < len(lines) and not _ends_hunk(lines, j):
+            marker = lines[j][:1]
+            if marker in (" ", "\n", "\r"):  # a blank context line may have lost its leading space
+                old, new = old + 1, new + 1
+            elif marker == "-":
+                old += 1
+            elif marker == "+":
+                new += 1
+            elif marker != "\\":
+                break
+            j += 1
+        promised = re.match(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))?", lines[i])
+        promised_old = int(promised.group(1) or 1) if promised else old
+        promised_new = int(promised.group(2) or 1) if promised else new
+        if old == 0 and new == 0:
+            raise PatchError(f"malformed diff: the hunk at line {i + 1} has no lines")
+        short_old, short_new = promised_old - old, promised_new - new
+        if j == len(lines) and (short_old > 0 or short_new > 0) and not (short_old == short_new <= 3):
+            raise PatchError(
+                f"truncated: the hunk at line {i + 1} promises {promised_old}/{promised_new} old/new lines, "
+                f"the patch ends after {old}/{new}"
+            )
+        result.append(f"@@ -{header.group(1)},{old} +{header.group(2)},{new} @@{header.group(3)}\n")
+        result.extend(lines[i + 1 : j])
+        i = j
+    return "".join(result)
 
 
 def parse(patch: str) -> PatchSet:
-    """Parse a unified diff, raising PatchError with unidiff's reason when it is malformed."""
+    """Parse a unified diff, with hunk headers recounted (see `recount`).
+
+    Raises PatchError with the reason when the diff is malformed or truncated.
+    """
     try:
-        return PatchSet(ensure_final_newline(patch))
+        return PatchSet(recount(ensure_final_newline(patch)))
     except UnidiffParseError as exc:
         raise PatchError(f"malformed diff: {exc}") from exc
 

@@ -57,17 +57,28 @@ def _reports(group: Group) -> dict[str, TrajectoryReport]:
     return reports
 
 
-def grade_group(item: Group | LoadError, grader: Grader, options: GradingOptions | None = None) -> GroupResult:
+def grade_group(
+    item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
+) -> GroupResult:
     """Grade one group (or report why a file entry is not a group). Never raises for bad input."""
     options = options or GradingOptions()
     start = time.perf_counter()
     if isinstance(item, LoadError):
-        return GroupResult(group_id=item.group_id, status="failed", reason=f"invalid group ({item.source}): "
-                           f"{item.reason}", grader=grader.name)
+        return GroupResult(
+            group_id=item.group_id,
+            status="failed",
+            reason=f"invalid group ({item.source}): {item.reason}",
+            grader=grader.name,
+        )
     group = item
     before = {t.id: _finite_or_none(t.advantage) for t in group.trajectories}
-    result = GroupResult(group_id=group.group_id, status="skipped", grader=grader.name, advantages_before=before,
-                         advantages_after=dict(before))
+    result = GroupResult(
+        group_id=group.group_id,
+        status="skipped",
+        grader=grader.name,
+        advantages_before=before,
+        advantages_after=dict(before),
+    )
     reason = skip_reason(group, grade_all_pass=options.grade_all_pass)
     if reason is not None:
         result.reason = reason
@@ -75,9 +86,14 @@ def grade_group(item: Group | LoadError, grader: Grader, options: GradingOptions
         result.seconds = time.perf_counter() - start
         return result
     try:
-        with open_workspace(group, root=options.workspace_root, keep=options.keep_workspaces,
-                            mirrors=options.mirrors, max_patch_bytes=options.max_patch_bytes,
-                            max_fuzz=options.max_fuzz) as workspace:
+        with open_workspace(
+            group,
+            root=options.workspace_root,
+            keep=options.keep_workspaces,
+            mirrors=options.mirrors,
+            max_patch_bytes=options.max_patch_bytes,
+            max_fuzz=options.max_fuzz,
+        ) as workspace:
             _grade_in(workspace, group, grader, options, result)
     except WorkspaceError as exc:
         result.status, result.reason = "failed", str(exc)
@@ -93,8 +109,12 @@ def grade_group(item: Group | LoadError, grader: Grader, options: GradingOptions
 def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, result: GroupResult) -> None:
     for c in workspace.candidates.values():
         result.trajectories[c.trajectory_id] = TrajectoryReport(
-            passed=c.passed, branch=c.ref if c.commit else None, apply_method=c.apply_method, error=c.error,
-            patch_class=c.patch_class, stats=c.stats,
+            passed=c.passed,
+            branch=c.ref if c.commit else None,
+            apply_method=c.apply_method,
+            error=c.error,
+            patch_class=c.patch_class,
+            stats=c.stats,
         )
     gradable = workspace.gradable()
     if not gradable:
@@ -128,12 +148,16 @@ def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, 
     lengths = None
     if options.preserve == "token":
         if any(t.response_length is None for t in included if t.passed):
-            result.redistribution = "identity: preserve='token' needs response_length on every graded trajectory"
+            result.redistribution = (
+                "identity: preserve='token' needs response_length on every graded trajectory"
+            )
             return
         lengths = np.array([float(t.response_length or 0) for t in included])
-    outcome = redistribute.redistribute_group(advantages, passed, w, lengths=lengths, preserve=options.preserve)
+    outcome = redistribute.redistribute_group(
+        advantages, passed, w, lengths=lengths, preserve=options.preserve
+    )
     result.redistribution = "applied" if outcome.applied else f"identity: {outcome.reason}"
-    for t, value in zip(included, outcome.advantages.tolist()):
+    for t, value in zip(included, outcome.advantages.tolist(), strict=True):
         result.advantages_after[t.id] = value
 
 

@@ -38,4 +38,6 @@ def validate_ranking(ranking: Ranking, expected: list[str]) -> Ranking:
 
 def expand_classes(class_ranking: Ranking, classes: dict[str, list[str]]) -> Ranking:
     """Turn a ranking of equivalence-class representatives into one of every member (members tie)."""
-    return [[member for representative in tier for member in classes[representative]] for tier in class_ranking]
+    return [
+        [member for representative in tier for member in classes[representative]] for tier in class_ranking
+    ]

@@ -263,11 +263,12 @@ def _redistribute_flat(
     bad_advantage = any_in_group(passed & ~(np.isfinite(advantages) & (advantages > 0)))
     bad_weight = any_in_group(passed & ~(np.isfinite(weights) & (weights > 0)))
 
-    passing_groups = group_index[passed]
+    # NaN weights already mark their group; leaving them out keeps max/min free of invalid-value warnings.
+    comparable = passed & ~np.isnan(weights)
     max_weight = np.full(n_groups, -np.inf)
     min_weight = np.full(n_groups, np.inf)
-    np.maximum.at(max_weight, passing_groups, weights[passed])
-    np.minimum.at(min_weight, passing_groups, weights[passed])
+    np.maximum.at(max_weight, group_index[comparable], weights[comparable])
+    np.minimum.at(min_weight, group_index[comparable], weights[comparable])
     uniform = max_weight == min_weight
 
     candidate = has_passing & ~bad_advantage & ~bad_weight & ~uniform

@@ -67,16 +67,23 @@ def ref_name(trajectory_id: str) -> str:
 
 
 def _apply_attempts(patch: str, max_fuzz: int) -> Iterator[tuple[str, list[str], str]]:
-    """The apply chain, most faithful first: (method, git apply flags, patch text)."""
+    """The apply chain, most faithful first: (method, git apply flags, patch text).
+
+    Tolerant steps use gagar's own recount (checked against unidiff) rather than `git apply --recount`, and
+    try line endings converted to LF when the patch has CRLF ones (a diff saved on Windows).
+    """
     yield "plain", [], patch
     yield "3way", ["--3way"], patch
-    lf_patch = patch.replace("\r\n", "\n")
-    tolerant = ["--recount", "--ignore-whitespace", "--inaccurate-eof"]
-    yield "whitespace", tolerant, patch
-    if lf_patch != patch:
-        yield "whitespace+crlf", tolerant, lf_patch
+    recounted = patches.recount(patch)
+    lf = recounted.replace("\r\n", "\n")
+    if lf != recounted:
+        yield "whitespace", [], lf
+    tolerant = ["--ignore-whitespace"]  # not --inaccurate-eof: it joins lines at every hunk end
+    yield "whitespace", tolerant, recounted
+    if lf != recounted:
+        yield "whitespace", tolerant, lf
     for fuzz in range(1, max_fuzz + 1):
-        yield f"fuzz{fuzz}", [*tolerant, f"-C{3 - fuzz}"], lf_patch
+        yield f"fuzz{fuzz}", [*tolerant, f"-C{3 - fuzz}"], lf
 
 
 class Workspace:
@@ -101,8 +108,9 @@ class Workspace:
         (self.git_dir / "objects" / "info" / "alternates").write_text(str(self.mirror / "objects") + "\n")
         shutil.rmtree(self.git_dir / "hooks", ignore_errors=True)  # samples only, but nothing should be there
         try:
-            self.base_commit = out(["rev-parse", "--verify", f"{self.group.task.base_commit}^{{commit}}"],
-                                   git_dir=self.git_dir)
+            self.base_commit = out(
+                ["rev-parse", "--verify", f"{self.group.task.base_commit}^{{commit}}"], git_dir=self.git_dir
+            )
         except GitError as exc:
             raise WorkspaceError(
                 f"group {self.group.group_id!r}: base commit {self.group.task.base_commit!r} not found"
@@ -117,10 +125,12 @@ class Workspace:
             self.candidates[t.id] = Candidate(t.id, bool(t.passed), namespace + ref_name(t.id))
 
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            trees = list(pool.map(
-                lambda item: self._apply(item[0], item[1], base_index, max_patch_bytes, max_fuzz),
-                enumerate(self.group.trajectories),
-            ))
+            trees = list(
+                pool.map(
+                    lambda item: self._apply(item[0], item[1], base_index, max_patch_bytes, max_fuzz),
+                    enumerate(self.group.trajectories),
+                )
+            )
         self._commit(trees, base_tree)
         self._verify()
         self._classify()
@@ -143,8 +153,13 @@ class Workspace:
         for method, flags, text in _apply_attempts(patch, max_fuzz):
             shutil.copyfile(base_index, index)
             env = {"GIT_INDEX_FILE": str(index)}
-            proc = git(["apply", "--cached", *flags, "-"], git_dir=self.git_dir, input=text.encode("utf-8",
-                       "surrogateescape"), env=env, check=False)
+            proc = git(
+                ["apply", "--cached", *flags, "-"],
+                git_dir=self.git_dir,
+                input=text.encode("utf-8", "surrogateescape"),
+                env=env,
+                check=False,
+            )
             if proc.returncode == 0:
                 candidate.apply_method = method
                 return out(["write-tree"], git_dir=self.git_dir, env=env)
@@ -155,7 +170,8 @@ class Workspace:
 
     def _commit(self, trees: list[str | None], base_tree: str) -> None:
         """Write every commit object in one git process, then every ref in another."""
-        pending = [(c, tree) for c, tree in zip(self.candidates.values(), trees) if tree is not None]
+        built = zip(self.candidates.values(), trees, strict=True)
+        pending = [(c, tree) for c, tree in built if tree is not None]
         to_write = [(c, tree) for c, tree in pending if tree and tree != base_tree]
         for c, tree in pending:
             if not tree or tree == base_tree:
@@ -171,9 +187,12 @@ class Workspace:
             for i, body in enumerate(bodies):
                 paths.append(tmp / f"{i}.commit")
                 paths[-1].write_text(body)
-            shas = out(["hash-object", "-t", "commit", "-w", "--stdin-paths"], git_dir=self.git_dir,
-                       input="\n".join(map(str, paths)).encode() + b"\n").split()
-            for (c, _), sha in zip(to_write, shas):
+            shas = out(
+                ["hash-object", "-t", "commit", "-w", "--stdin-paths"],
+                git_dir=self.git_dir,
+                input="\n".join(map(str, paths)).encode() + b"\n",
+            ).split()
+            for (c, _), sha in zip(to_write, shas, strict=True):
                 c.commit = sha
         updates = [f"update {BASE_REF} {self.base_commit}"]
         updates += [f"update {c.ref} {c.commit}" for c in self.candidates.values() if c.commit]
@@ -184,8 +203,11 @@ class Workspace:
         changed = [c for c in self.candidates.values() if c.commit and c.commit != self.base_commit]
         if not changed:
             return
-        proc = git(["diff-tree", "--stdin", "-p", "-M", "--full-index", "--no-color"], git_dir=self.git_dir,
-                   input="".join(f"{c.commit}\n" for c in changed).encode())
+        proc = git(
+            ["diff-tree", "--stdin", "-p", "-M", "--full-index", "--no-color"],
+            git_dir=self.git_dir,
+            input="".join(f"{commit}\n" for commit in dict.fromkeys(c.commit for c in changed)).encode(),
+        )
         diffs = _split_diff_tree(proc.stdout.decode("utf-8", "surrogateescape"), [c.commit for c in changed])
         for c in changed:
             trajectory = self.group.trajectory(c.trajectory_id)
@@ -194,8 +216,10 @@ class Workspace:
             branch_diff = patches.parse(diffs.get(c.commit or "", ""))
             actual = patches.changes(branch_diff, normalize_whitespace=loose)
             if expected != actual:
-                c.error = f"branch diff differs from the patch as applied ({c.apply_method}): " + _first_difference(
-                    expected, actual)
+                c.error = (
+                    f"branch diff differs from the patch as applied ({c.apply_method}): "
+                    + _first_difference(expected, actual)
+                )
                 c.commit = None
                 continue
             c.equivalence_key = patches.equivalence_key(branch_diff) + self._binary_ids(c, branch_diff)
@@ -242,13 +266,22 @@ class Workspace:
         if candidate is None:
             raise KeyError(f"group {self.group.group_id!r} has no trajectory {target!r}")
         if candidate.commit is None:
-            raise KeyError(f"group {self.group.group_id!r}: trajectory {target!r} has no branch ({candidate.error})")
+            raise KeyError(
+                f"group {self.group.group_id!r}: trajectory {target!r} has no branch ({candidate.error})"
+            )
         return candidate.commit
 
     def diff(self, target: str, against: str = BASE, paths: list[str] | None = None, context: int = 3) -> str:
         """The unified diff from `against` to `target`, optionally limited to paths."""
-        args = ["diff", f"-U{context}", "--no-color", "--no-ext-diff", "--no-textconv",
-                self.commit_of(against), self.commit_of(target)]
+        args = [
+            "diff",
+            f"-U{context}",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            self.commit_of(against),
+            self.commit_of(target),
+        ]
         if paths:
             args += ["--", *paths]
         return git(args, git_dir=self.git_dir).stdout.decode("utf-8", "replace")
@@ -284,8 +317,10 @@ class Workspace:
         """A checked-out working tree of one target, made on first request and removed with the workspace."""
         if target not in self._worktrees:
             path = self.path / "worktrees" / ref_name(target)
-            git(["worktree", "add", "--detach", "--quiet", str(path), self.commit_of(target)],
-                git_dir=self.git_dir)
+            git(
+                ["worktree", "add", "--detach", "--quiet", str(path), self.commit_of(target)],
+                git_dir=self.git_dir,
+            )
             self._worktrees[target] = path
         return self._worktrees[target]
 
@@ -316,10 +351,12 @@ def _first_difference(expected: list[patches.FileChange], actual: list[patches.F
     actual_paths = [c.path for c in actual]
     if expected_paths != actual_paths:
         return f"files {expected_paths} in the patch, {actual_paths} on the branch"
-    for e, a in zip(expected, actual):
+    for e, a in zip(expected, actual, strict=True):
         if e != a:
-            return f"{e.path}: the patch removes {len(e.removed)} and adds {len(e.added)} lines, " \
-                   f"the branch removes {len(a.removed)} and adds {len(a.added)}"
+            return (
+                f"{e.path}: the patch removes {len(e.removed)} and adds {len(e.added)} lines, "
+                f"the branch removes {len(a.removed)} and adds {len(a.added)}"
+            )
     return "unknown difference"
 
 

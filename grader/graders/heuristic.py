@@ -45,7 +45,14 @@ _LEFTOVER_NAME = re.compile(
     re.IGNORECASE,
 )
 _ROOT_CONVENTIONAL = {
-    "setup.py", "conftest.py", "noxfile.py", "tasks.py", "manage.py", "fabfile.py", "docs.py", "__init__.py",
+    "setup.py",
+    "conftest.py",
+    "noxfile.py",
+    "tasks.py",
+    "manage.py",
+    "fabfile.py",
+    "docs.py",
+    "__init__.py",
 }
 _SCRIPT_SUFFIXES = {".py", ".sh", ".js", ".ts", ".rb", ".pl", ".txt", ".out", ".json", ".csv"}
 _DEBUG = re.compile(r"\bprint\s*\(|\bpdb\b|\bbreakpoint\s*\(|\bset_trace\s*\(|\bconsole\.log\s*\(|\bdbg!\(")
@@ -86,15 +93,24 @@ class HeuristicGrader:
         smallest = max(1, min(sizes.values()))
         scored = []
         for c in candidates:
-            others = set().union(*(o.touched for o in candidates if o is not c)) if len(candidates) > 1 else None
+            others = (
+                set().union(*(o.touched for o in candidates if o is not c)) if len(candidates) > 1 else None
+            )
             signals = self._signals(workspace, c, others)
             signals["size_ratio"] = round(max(1, sizes[c.representative]) / smallest, 3)
             penalty = sum(
                 PENALTIES[name] * len(signals[name])
-                for name in ("test_files_modified", "leftover_files", "out_of_scope_files", "formatting_only_files")
+                for name in (
+                    "test_files_modified",
+                    "leftover_files",
+                    "out_of_scope_files",
+                    "formatting_only_files",
+                )
             )
             penalty += PENALTIES["debug_lines"] * min(LINE_SIGNAL_CAP, signals["debug_lines"])
-            penalty += PENALTIES["commented_code_lines"] * min(LINE_SIGNAL_CAP, signals["commented_code_lines"])
+            penalty += PENALTIES["commented_code_lines"] * min(
+                LINE_SIGNAL_CAP, signals["commented_code_lines"]
+            )
             penalty += PENALTIES["size"] * math.log2(signals["size_ratio"])
             signals["penalty"] = round(penalty, 6)
             scored.append((signals["penalty"], c.representative, signals))
@@ -113,9 +129,13 @@ class HeuristicGrader:
         rationales: dict[str, str] = {}
         for _, representative, signals in scored:
             for member in classes[representative]:
-                signals_by_id[member] = dict(signals, equivalent_to=[m for m in classes[representative] if m != member])
+                signals_by_id[member] = dict(
+                    signals, equivalent_to=[m for m in classes[representative] if m != member]
+                )
                 rationales[member] = _rationale(signals)
-        return Grade(ranking=expand_classes(class_ranking, classes), rationales=rationales, signals=signals_by_id)
+        return Grade(
+            ranking=expand_classes(class_ranking, classes), rationales=rationales, signals=signals_by_id
+        )
 
     def _read(self, workspace: Workspace, trajectory_id: str) -> _Candidate:
         parsed = patches.parse(workspace.diff(trajectory_id))
@@ -134,7 +154,11 @@ class HeuristicGrader:
                 continue
             added = [line.value for hunk in patched_file for line in hunk if line.is_added]
             removed = [line.value for hunk in patched_file for line in hunk if line.is_removed]
-            if added and removed and _FORMATTING.sub("", "".join(added)) == _FORMATTING.sub("", "".join(removed)):
+            if (
+                added
+                and removed
+                and _FORMATTING.sub("", "".join(added)) == _FORMATTING.sub("", "".join(removed))
+            ):
                 formatting_only.append(path)
             if any(_DEBUG.search(text) for text in added) and not self._base_uses_debug(workspace, path):
                 debug += sum(1 for text in added if _DEBUG.search(text))
@@ -142,7 +166,10 @@ class HeuristicGrader:
         out_of_scope = []
         if others is not None:
             out_of_scope = sorted(
-                p for p in c.touched - others if p not in leftovers and p not in tests_modified
+                p
+                for p in c.touched - others
+                if p not in leftovers
+                and p not in tests_modified
                 and not (patches.is_test_path(p) and p in c.new_files)
             )
         return {

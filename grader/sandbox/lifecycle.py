@@ -8,6 +8,7 @@ thread before any was opened from the main thread is still closed at exit, but n
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import threading
@@ -51,10 +52,9 @@ def close_all() -> None:
     with _lock:
         pending = list(_open)
     for sandbox in pending:
-        try:
+        # Best effort while the process is going down: one failure must not keep the others open.
+        with contextlib.suppress(Exception):
             sandbox.close()
-        except Exception:  # noqa: BLE001 - best effort while the process is going down
-            pass
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:

@@ -1,0 +1,23 @@
+"""Running commands on a group's trees, isolated: see `base` for the interface, `open_sandbox` to get one."""
+
+from grader.sandbox.base import (
+    BASE_TARGET,
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxError,
+    SandboxUnavailable,
+    TreeSource,
+    open_sandbox,
+)
+
+__all__ = [
+    "BASE_TARGET",
+    "ExecResult",
+    "Limits",
+    "Sandbox",
+    "SandboxError",
+    "SandboxUnavailable",
+    "TreeSource",
+    "open_sandbox",
+]

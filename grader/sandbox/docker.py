@@ -1,0 +1,381 @@
+"""Docker backend: one locked-down container per sandbox, one `docker exec` per command.
+
+Layout inside the container (root filesystem read-only, no network, no capabilities, no new privileges):
+- /pristine (tmpfs, root-owned, mode 711): each target's tree, extracted by root under an unguessable name.
+- /scratch (tmpfs, mode 1733 so nobody can list it): one private box (mode 700) per command.
+- /tmp (tmpfs, 1777): shared, but each command's own leftovers there are removed when it ends.
+
+Every command runs under a uid used for nothing else in the container's life, in a fresh copy of its target's
+tree: the copy, the command (under `timeout -k`), the killing of everything the uid left running, and the
+removal of the box are all one `docker exec`. A host watchdog kills the uid's processes (then the container)
+should a command outlive its timeout. The source paths travel in the exec's environment, which other uids
+cannot read, and are unset before the command starts.
+
+Limits: `Limits.memory_bytes` and the CPU quota are the container's, shared by commands running at the same
+time (`exec_many`); `Limits.pids` bounds each command (RLIMIT_NPROC per uid) and the container gets four
+times that. Concurrent commands can see each other's world-readable files in /tmp and /dev/shm while both run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import os
+import secrets
+import socket
+import tarfile
+import threading
+import time
+from typing import Any
+
+import docker
+import docker.errors
+
+from grader.sandbox import lifecycle
+from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
+from grader.sandbox.images import DEFAULT_IMAGE
+from grader.sandbox.output import CappedBuffer
+
+LABEL = "gagar.sandbox"
+LABEL_PID = "gagar.pid"
+LABEL_HOST = "gagar.host"
+LABEL_CREATED = "gagar.created"
+
+# Runs as the command's own uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: private box; $GAGAR_SETUP=1 keeps
+# the result as the target's new pristine tree instead of removing it.
+_WRAPPER = r"""
+src=$GAGAR_SRC box=$GAGAR_BOX limit=$GAGAR_TIMEOUT grace=$GAGAR_KILL_AFTER keep=$GAGAR_SETUP
+unset GAGAR_SRC GAGAR_BOX GAGAR_TIMEOUT GAGAR_KILL_AFTER GAGAR_SETUP
+umask 077
+if ! mkdir -p "$box/home" "$box/tmp" || ! cd "$src" || ! cp -R -p . "$box/t"; then
+  echo "gagar-sandbox: could not prepare a fresh tree" >&2
+  cd / && rm -rf "$box"
+  exit 125
+fi
+umask 022
+cd "$box/t"
+HOME=$box/home TMPDIR=$box/tmp timeout -k "$grace" "$limit" "$@"
+rc=$?
+cd /
+kill -9 -1 2>/dev/null
+for f in /tmp/* /tmp/.[!.]* /dev/shm/* /dev/shm/.[!.]*; do
+  [ -O "$f" ] && rm -rf "$f"
+done
+if [ "$keep" = 1 ]; then
+  rm -rf "$box/home" "$box/tmp"
+  chmod -R a+rX,go-w "$box/t" && chmod 711 "$box"
+else
+  rm -rf "$box"
+fi
+exit $rc
+"""
+
+_LOAD = r"""
+umask 022
+chmod 711 /pristine && chmod 1733 /scratch && chmod 1777 /tmp || exit 1
+tar -x -C /pristine --no-same-owner --no-same-permissions -f -
+"""
+
+_GIT_IDENTITY = {
+    # Commands run under a uid with no passwd entry: git would refuse to commit without an identity.
+    "GIT_AUTHOR_NAME": "gagar",
+    "GIT_AUTHOR_EMAIL": "gagar@sandbox.invalid",
+    "GIT_COMMITTER_NAME": "gagar",
+    "GIT_COMMITTER_EMAIL": "gagar@sandbox.invalid",
+    "LANG": "C.UTF-8",
+}
+
+
+def docker_client() -> docker.DockerClient:
+    """A client for the engine in the environment. Raises `SandboxUnavailable` when none answers."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailable(f"no Docker engine reachable: {exc}") from exc
+    return client
+
+
+class DockerSandbox(Sandbox):
+    """Sandbox backed by one container; see the module docstring for the layout and its limits.
+
+    Raises `SandboxUnavailable` when no engine answers or the image is missing (build it with
+    `gagar images build`), `SandboxError` when the container cannot be started or loaded.
+    """
+
+    backend = "docker"
+
+    def __init__(
+        self,
+        trees: TreeSource,
+        *,
+        image: str | None = None,
+        setup: str | None = None,
+        test_command: str | None = None,
+        limits: Limits | None = None,
+        client: docker.DockerClient | None = None,
+    ) -> None:
+        super().__init__(trees, setup=setup, test_command=test_command, limits=limits)
+        self.image = image or DEFAULT_IMAGE
+        self._client = client or docker_client()
+        try:
+            self._client.images.get(self.image)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxUnavailable(
+                f"image {self.image!r} is not on this engine; build it with `gagar images build`"
+            ) from exc
+        archives = {t: trees.archive(t) for t in self._targets}
+        self._bundle = _bundle(archives)
+        # uids never repeat within a container; a random base keeps two sandboxes' RLIMIT_NPROC counts apart.
+        self._uid_base = 1_000_000 + secrets.randbelow(2_000) * 1_000_000
+        self._uids = itertools.count(1)
+        self._sources: dict[str, str] = {}
+        self._container: Any = None
+        self._restart_lock = threading.Lock()
+        lifecycle.track(self)
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def isolation(self) -> str:
+        return "docker"
+
+    @property
+    def container_id(self) -> str | None:
+        return self._container.id if self._container is not None else None
+
+    def _start(self) -> None:
+        lim = self.limits
+        pristine_size = self._bundle_size() * 2 + 16 * 1024**2
+        try:
+            container = self._client.containers.run(
+                self.image,
+                command=["sleep", "infinity"],
+                detach=True,
+                init=True,
+                user="65534:65534",
+                network_mode="none",
+                read_only=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=lim.memory_bytes,
+                memswap_limit=lim.memory_bytes,
+                nano_cpus=int(lim.cpus * 1e9),
+                pids_limit=lim.pids * 4,
+                ulimits=[
+                    docker.types.Ulimit(name="fsize", soft=lim.file_size_bytes, hard=lim.file_size_bytes),
+                    docker.types.Ulimit(name="nproc", soft=lim.pids, hard=lim.pids),
+                    docker.types.Ulimit(name="core", soft=0, hard=0),
+                ],
+                tmpfs={
+                    "/pristine": f"rw,nosuid,nodev,size={pristine_size},mode=711",
+                    "/scratch": f"rw,exec,nosuid,nodev,size={lim.scratch_bytes},mode=1733",
+                    "/tmp": f"rw,exec,nosuid,nodev,size={lim.scratch_bytes // 4},mode=1777",
+                },
+                labels={
+                    LABEL: "1",
+                    LABEL_PID: str(os.getpid()),
+                    LABEL_HOST: socket.gethostname(),
+                    LABEL_CREATED: f"{time.time():.3f}",
+                },
+                name=f"gagar-sandbox-{os.getpid()}-{secrets.token_hex(4)}",
+            )
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"could not start a container from {self.image!r}: {exc}") from exc
+        self._container = container
+        self._load(container)
+
+    def _bundle_size(self) -> int:
+        return len(self._bundle[0])
+
+    def _load(self, container: Any) -> None:
+        data, names = self._bundle
+        code, out = _exec_with_stdin(self._client, container.id, ["sh", "-c", _LOAD], data, user="0:0")
+        if code != 0:
+            raise SandboxError(f"could not load the trees into the container: {out[-2000:]!r}")
+        self._sources = {t: f"/pristine/{names[t]}" for t in self._targets}
+
+    def _live_container(self) -> Any:
+        with self._restart_lock:
+            self._check_open()
+            if self._container is None:
+                for state in self._setup.values():
+                    state.result = None
+                self._start()
+            return self._container
+
+    def _exec_in(
+        self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
+    ) -> ExecResult:
+        container = self._live_container()
+        uid = self._uid_base + next(self._uids)
+        box = f"/scratch/{secrets.token_hex(12)}"
+        environment = {
+            **_GIT_IDENTITY,
+            **env,
+            "GAGAR_SRC": self._sources[target],
+            "GAGAR_BOX": box,
+            "GAGAR_TIMEOUT": f"{timeout:g}",
+            "GAGAR_KILL_AFTER": f"{self.limits.kill_after:g}",
+            "GAGAR_SETUP": "1" if setup else "0",
+        }
+        api = self._client.api
+        started = time.monotonic()
+        try:
+            exec_id = api.exec_create(
+                container.id,
+                ["sh", "-c", _WRAPPER, "gagar-sandbox", *argv],
+                user=f"{uid}:{uid}",
+                environment=environment,
+                workdir="/",
+            )["Id"]
+            stream = api.exec_start(exec_id, stream=True, demux=True)
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"docker exec failed: {exc}") from exc
+        watchdog = _Watchdog(
+            self, container, uid, box, timeout + self.limits.kill_after + self.limits.watchdog_grace
+        )
+        out, err = CappedBuffer(self.limits.output_bytes), CappedBuffer(self.limits.output_bytes)
+        try:
+            for chunk_out, chunk_err in stream:
+                out.feed(chunk_out or b"")
+                err.feed(chunk_err or b"")
+        except Exception as exc:  # noqa: BLE001 - a stream cut by the watchdog ends like any other
+            if not watchdog.fired:
+                raise SandboxError(f"lost the output stream of a command: {exc}") from exc
+        finally:
+            watchdog.cancel()
+        seconds = time.monotonic() - started
+        exit_code = -9 if watchdog.fired else self._exit_code(exec_id)
+        if setup and exit_code != 125:
+            self._sources[target] = f"{box}/t"
+        timed_out = watchdog.fired or (exit_code in (124, 137) and seconds >= timeout)
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=out.text(),
+            stderr=err.text(),
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+            seconds=seconds,
+            isolation=self.isolation,
+            target=target,
+        )
+
+    def _exit_code(self, exec_id: str) -> int:
+        # The stream can end a moment before the engine records the exit code.
+        for _ in range(50):
+            code = self._client.api.exec_inspect(exec_id).get("ExitCode")
+            if code is not None:
+                return int(code)
+            time.sleep(0.02)
+        raise SandboxError("the engine never reported the command's exit code")
+
+    def _kill_uid(self, container: Any, uid: int, box: str) -> None:
+        """Kill every process of `uid` and remove its box; kill the container if even that fails."""
+        try:
+            result = container.exec_run(
+                ["sh", "-c", 'kill -9 -1; rm -rf "$1"', "gagar-kill", box], user=f"{uid}:{uid}"
+            )
+            if result.exit_code == 0:
+                return
+        except docker.errors.DockerException:
+            pass
+        self._drop_container(container)
+
+    def _drop_container(self, container: Any) -> None:
+        with contextlib.suppress(docker.errors.DockerException):
+            container.remove(force=True)
+        if self._container is container:
+            self._container = None
+
+    def _close(self) -> None:
+        container, self._container = self._container, None
+        if container is not None:
+            with contextlib.suppress(docker.errors.NotFound):
+                try:
+                    container.remove(force=True)
+                except docker.errors.DockerException as exc:
+                    raise SandboxError(f"could not remove container {container.name}: {exc}") from exc
+        lifecycle.untrack(self)
+
+
+class _Watchdog:
+    """Kills a command from the host if it outlives its deadline; then, if its stream still flows, the
+    container (the next command starts a new one)."""
+
+    def __init__(self, sandbox: DockerSandbox, container: Any, uid: int, box: str, deadline: float) -> None:
+        self.fired = False
+        self._sandbox, self._container, self._uid, self._box = sandbox, container, uid, box
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(deadline,), daemon=True, name="sandbox-watchdog"
+        )
+        self._thread.start()
+
+    def _run(self, deadline: float) -> None:
+        if self._done.wait(deadline):
+            return
+        self.fired = True
+        self._sandbox._kill_uid(self._container, self._uid, self._box)
+        if not self._done.wait(5.0):
+            self._sandbox._drop_container(self._container)
+
+    def cancel(self) -> None:
+        self._done.set()
+
+
+def _bundle(archives: dict[str, bytes]) -> tuple[bytes, dict[str, str]]:
+    """One tar holding every target's tree under an unguessable top-level name; the names by target.
+
+    Raises `SandboxError` for a member that is absolute or climbs out with `..` (not what `git archive`
+    makes), or for a member type other than file, directory or symlink.
+    """
+    names = {t: secrets.token_hex(12) for t in archives}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as bundle:
+        for target, data in archives.items():
+            top = tarfile.TarInfo(names[target])
+            top.type, top.mode, top.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+            bundle.addfile(top)
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as source:
+                for member in source:
+                    parts = member.name.split("/")
+                    if member.name.startswith("/") or ".." in parts:
+                        raise SandboxError(f"archive of {target!r} has an unsafe member {member.name!r}")
+                    if not (member.isfile() or member.isdir() or member.issym()):
+                        raise SandboxError(f"archive of {target!r} has an unsupported member {member.name!r}")
+                    fileobj = source.extractfile(member) if member.isfile() else None
+                    member.name = f"{names[target]}/{member.name}".rstrip("/")
+                    member.uid = member.gid = 0
+                    member.uname = member.gname = "root"
+                    bundle.addfile(member, fileobj)
+    return buf.getvalue(), names
+
+
+def _exec_with_stdin(
+    client: docker.DockerClient, container_id: str, argv: list[str], data: bytes, *, user: str
+) -> tuple[int, bytes]:
+    """Run argv with `data` on its stdin; its exit code and its (multiplexed, raw) output."""
+    api = client.api
+    exec_id = api.exec_create(container_id, argv, stdin=True, user=user)["Id"]
+    sock = api.exec_start(exec_id, socket=True)
+    raw = getattr(sock, "_sock", sock)
+    try:
+        raw.sendall(data)
+        raw.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := raw.recv(65536):
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    code = api.exec_inspect(exec_id).get("ExitCode")
+    for _ in range(50):
+        if code is not None:
+            break
+        time.sleep(0.02)
+        code = api.exec_inspect(exec_id).get("ExitCode")
+    return (code if code is not None else -1), b"".join(chunks)

@@ -1,0 +1,117 @@
+"""Shared fixtures: real git repositories and patches made by real `git diff`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from grader.mirrors import MirrorCache
+from grader.models import Group, Task, Trajectory, complete_group
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_GROUP = REPO_ROOT / "examples" / "inventory_group.json"
+
+BASE_FILES = {
+    "pkg/__init__.py": "",
+    "pkg/core.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+    "pkg/util.py": "def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n",
+    "tests/test_core.py": "from pkg.core import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+    "README.md": "demo\n",
+}
+
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@localhost",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@localhost",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+0000",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def run_git(repo: Path, *args: str, input: str | None = None) -> str:
+    # Bytes, not text mode: universal newlines would turn a CRLF diff into an LF one.
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=repo,
+        env={**os.environ, **_GIT_ENV},
+        input=None if input is None else input.encode(),
+        check=True,
+        capture_output=True,
+    )
+    return proc.stdout.decode("utf-8", "surrogateescape")
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Mirrors go to a per-session temporary cache, never the user's."""
+    cache = tmp_path_factory.getbasetemp() / "gagar-cache"
+    monkeypatch.setenv("GAGAR_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def mirrors(tmp_path: Path) -> MirrorCache:
+    return MirrorCache(tmp_path / "mirrors")
+
+
+class RepoFactory:
+    """A real git repository with one base commit, and patches against it made by `git diff`."""
+
+    def __init__(self, path: Path, files: dict[str, str]) -> None:
+        self.path = path
+        path.mkdir(parents=True)
+        run_git(path, "init", "--quiet", "--initial-branch=main")
+        for name, text in files.items():
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_bytes(text.encode())
+        run_git(path, "add", "-A")
+        run_git(path, "commit", "--quiet", "-m", "base")
+        self.base = run_git(path, "rev-parse", "HEAD").strip()
+
+    def patch(self, edits: dict[str, str | None], binary: bool = False, context: int = 3) -> str:
+        """The diff that sets each path to its text (None deletes it), leaving the repository as it was."""
+        for name, text in edits.items():
+            target = self.path / name
+            if text is None:
+                target.unlink()
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(text.encode())
+        run_git(self.path, "add", "-A")
+        diff = run_git(self.path, "diff", "--cached", f"-U{context}", *(["--binary"] if binary else []))
+        run_git(self.path, "reset", "--quiet", "--hard", "HEAD")
+        run_git(self.path, "clean", "-fdq")
+        return diff
+
+    def group(self, patches: dict[str, tuple[str, bool]], group_id: str = "g1", **task: str) -> Group:
+        trajectories = [
+            Trajectory(id=tid, patch=patch, passed=passed) for tid, (patch, passed) in patches.items()
+        ]
+        return complete_group(
+            Group(
+                group_id=group_id,
+                task=Task(repo=str(self.path), base_commit=self.base, statement="fix add", **task),
+                trajectories=trajectories,
+            )
+        )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> RepoFactory:
+    return RepoFactory(tmp_path / "repo", BASE_FILES)
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path) -> Callable[..., RepoFactory]:
+    counter = iter(range(1000))
+    return lambda files: RepoFactory(tmp_path / f"repo{next(counter)}", files)
+
+
+FIX = {"pkg/core.py": BASE_FILES["pkg/core.py"].replace("a - b", "a + b")}

@@ -1,0 +1,121 @@
+"""The heuristic grader on real workspaces: each signal, the bundled example, determinism."""
+
+from __future__ import annotations
+
+from grader.formats import load_group_file
+from grader.graders.heuristic import HeuristicGrader, is_leftover
+from grader.mirrors import MirrorCache
+from grader.workspace import open_workspace
+from tests.conftest import BASE_FILES, EXAMPLE_GROUP, FIX, RepoFactory
+
+FIXED = FIX["pkg/core.py"]
+
+
+def grade(repo: RepoFactory, mirrors: MirrorCache, candidates: dict[str, dict[str, str | None]]):
+    patches = {tid: (repo.patch(edits), True) for tid, edits in candidates.items()}
+    group = repo.group({**patches, "failed": ("", False)})
+    with open_workspace(group, mirrors=mirrors) as ws:
+        return HeuristicGrader().grade(ws)
+
+
+def test_each_signal_is_detected_and_ranked_below_the_clean_fix(
+    repo: RepoFactory, mirrors: MirrorCache
+) -> None:
+    result = grade(
+        repo,
+        mirrors,
+        {
+            "clean": FIX,
+            "leftover": {**FIX, "reproduce_bug.py": "from pkg.core import add\nprint(add(1, 2))\n"},
+            "backup": {**FIX, "pkg/core.py.orig": BASE_FILES["pkg/core.py"]},
+            "tests": {**FIX, "tests/test_core.py": "def test_add():\n    pass\n"},
+            "debug": {
+                "pkg/core.py": FIXED.replace("    return a + b", "    print('add', a, b)\n    return a + b")
+            },
+            "commented": {
+                "pkg/core.py": FIXED.replace("    return a + b", "    # return a - b\n    return a + b")
+            },
+            "dead": {
+                "pkg/core.py": FIXED.replace(
+                    "    return a + b", "    if False:\n        x = 1\n    return a + b"
+                )
+            },
+            "scope": {**FIX, "pkg/util.py": BASE_FILES["pkg/util.py"].replace("max(lo", "max( lo")},
+        },
+    )
+    signals = result.signals
+    assert result.ranking[0] == ["clean"]
+    assert signals["clean"]["penalty"] == 0
+    assert signals["leftover"]["leftover_files"] == ["reproduce_bug.py"]
+    assert (
+        signals["leftover"]["debug_lines"] == 0
+    )  # prints inside a leftover script count once, as the leftover
+    assert signals["backup"]["leftover_files"] == ["pkg/core.py.orig"]
+    assert signals["tests"]["test_files_modified"] == ["tests/test_core.py"]
+    assert signals["debug"]["debug_lines"] == 1
+    assert signals["commented"]["commented_code_lines"] == 1
+    assert signals["dead"]["commented_code_lines"] == 1
+    assert signals["scope"]["out_of_scope_files"] == ["pkg/util.py"]
+    assert signals["scope"]["formatting_only_files"] == ["pkg/util.py"]
+    assert all(signals[t]["penalty"] > 0 for t in signals if t != "clean")
+    worst = result.ranking[-1]
+    assert worst == ["tests"]
+    assert "modifies tests tests/test_core.py" in result.rationales["tests"]
+    assert result.rationales["clean"].endswith("smallest candidate, nothing flagged")
+
+
+def test_debug_output_where_the_file_already_prints_is_convention(make_repo, mirrors: MirrorCache) -> None:
+    repo = make_repo({"cli.py": "def main():\n    print('hello')\n", "lib.py": "def f():\n    return 1\n"})
+    result = grade(
+        repo,
+        mirrors,
+        {
+            "cli": {"cli.py": "def main():\n    print('hello')\n    print('bye')\n"},
+            "lib": {"lib.py": "def f():\n    print('here')\n    return 1\n"},
+        },
+    )
+    assert result.signals["cli"]["debug_lines"] == 0
+    assert result.signals["lib"]["debug_lines"] == 1
+
+
+def test_equal_candidates_tie_and_equivalent_patches_share_a_rank(
+    repo: RepoFactory, mirrors: MirrorCache
+) -> None:
+    respaced = {"pkg/core.py": FIXED.replace("return a + b", "return  a + b")}
+    swapped = {"pkg/core.py": FIXED.replace("a + b", "b + a")}
+    result = grade(repo, mirrors, {"a": FIX, "b": swapped, "c": respaced})
+    assert result.ranking == [["a", "c", "b"]]
+    assert result.signals["a"]["equivalent_to"] == ["c"]
+
+
+def test_bundled_example_ranking_is_deterministic(mirrors: MirrorCache) -> None:
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    rankings = []
+    for _ in range(2):
+        with open_workspace(group, mirrors=mirrors) as ws:
+            grade_ = HeuristicGrader().grade(ws)
+            rankings.append((grade_.ranking, grade_.rationales))
+    assert rankings[0] == rankings[1]
+    assert rankings[0][0] == [
+        ["clean", "clean-respaced"],
+        ["leftover-script"],
+        ["reformats-report"],
+        ["edits-tests"],
+    ]
+
+
+def test_leftover_names() -> None:
+    for path in (
+        "reproduce.py",
+        "repro_issue.py",
+        "debug_run.sh",
+        "scratch.txt",
+        "pkg/a.py.bak",
+        "pkg/a.rej",
+        "notes~",
+        "run_me.py",
+        "output.log",
+    ):
+        assert is_leftover(path), path
+    for path in ("pkg/new_module.py", "setup.py", "docs/guide.md", "tests/test_new.py", "conftest.py"):
+        assert not is_leftover(path), path
