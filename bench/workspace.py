@@ -274,8 +274,11 @@ def edit_function(lines: list[str], f: Function, rng: random.Random) -> list[str
             ]
             return new
         if kind == "return":
+            # A bare name is left alone: `result = result` is no edit anyone would make.
             returns = [
-                k for k in range(start, f.end) if (m := _RETURN.match(lines[k])) and balanced(m["expr"])
+                k
+                for k in range(start, f.end)
+                if (m := _RETURN.match(lines[k])) and balanced(m["expr"]) and not m["expr"].isidentifier()
             ]
             if returns:
                 k = rng.choice(returns)
@@ -363,10 +366,10 @@ class PatchSet:
 
 
 def generate_patches(repo: SourceRepo, count: int, seed: int, scratch: Path) -> PatchSet:
-    """`count` candidate patches from one seeded generator, each a real `git diff --cached` of a scratch clone.
+    """`count` candidate patches from one seeded generator, each a real `git diff --cached` in a clone.
 
-    Like a real group they share a task: edits come from 8 modules of one Django package and 4 test modules,
-    and some candidates converge on an earlier candidate's exact patch.
+    Like a real group they share a task: edits come from a pool of 8 modules drawn from one or a few Django
+    packages and 4 test modules, and some candidates converge on an earlier candidate's exact patch.
     """
     rng = random.Random(f"gagar-bench-{seed}")
     run_git(["clone", "--quiet", "--shared", str(repo.path), str(scratch)])
@@ -543,20 +546,146 @@ def run_script(script: str, git_dir: str, mirror: Path, base: str, patch_dir: Pa
         shutil.rmtree(ws, ignore_errors=True)
 
 
-# -- reporting ---------------------------------------------------------------------------------------------
+# -- measuring and reporting ------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    size: int
+    gagar: float
+    build: float
+    gagar_1: float
+    plumbing: float
+    naive: float
+    processes: int
+
+    @property
+    def naive_ratio(self) -> float:
+        return self.naive / self.gagar
+
+    @property
+    def plumbing_ratio(self) -> float:
+        return self.plumbing / self.gagar
 
 
 def median(runs: list[Run], key: Callable[[Run], float] = lambda r: r.seconds) -> float:
     return statistics.median(key(r) for r in runs)
 
 
+def measure(
+    repo: SourceRepo,
+    mirrors: MirrorCache,
+    patches: list[str],
+    repeats: int,
+    naive_repeats: int,
+    scratch: Path,
+) -> tuple[Row, list[str]]:
+    """One group size: the row of medians, and any disagreement between the methods' trees."""
+    group = make_group(repo, patches)
+    mirror = mirrors.mirror(group.task.repo, group.task.base_commit)
+    patch_dir = scratch / f"patches-{len(patches)}"
+    patch_dir.mkdir()
+    for n, t in enumerate(group.trajectories):
+        (patch_dir / f"{n:04d}.patch").write_text(t.patch)
+
+    def script(text: str, git_dir: str) -> Run:
+        return run_script(text, git_dir, mirror, repo.base_commit, patch_dir, scratch)
+
+    # Untimed: warm the page cache, check the build, count git processes, record the trees to compare.
+    with count_git_processes() as processes:
+        run_gagar(group, mirrors, None)
+    reference = run_gagar(group, mirrors, None, trees=True).trees
+    checks = {"plumbing": script(PLUMBING, "repo.git").trees}
+
+    gagar: list[Run] = []
+    gagar_1: list[Run] = []
+    plumbing: list[Run] = []
+    naive: list[Run] = []
+    for r in range(repeats):  # interleaved, so a slow spell of the machine hits every method alike
+        gagar.append(run_gagar(group, mirrors, None))
+        gagar_1.append(run_gagar(group, mirrors, 1))
+        plumbing.append(script(PLUMBING, "repo.git"))
+        if r < naive_repeats:
+            naive.append(script(NAIVE, "clone/.git"))
+    checks["naive"] = naive[0].trees
+    failures = []
+    for name, trees in checks.items():
+        if trees != reference:
+            differ = sum(a != b for a, b in zip(trees, reference, strict=False)) + abs(
+                len(trees) - len(reference)
+            )
+            failures.append(
+                f"{len(patches)} candidates: {name} built {differ} trees that differ from gagar's"
+            )
+    row = Row(
+        size=len(patches),
+        gagar=median(gagar),
+        build=median(gagar, lambda r: r.extra),
+        gagar_1=median(gagar_1),
+        plumbing=median(plumbing),
+        naive=median(naive),
+        processes=processes[0],
+    )
+    return row, failures
+
+
+def print_table(rows: list[Row]) -> list[tuple[str, bool]]:
+    """The table, then one PASS/FAIL line per target; returns the targets."""
+    print()
+    print("gagar: open_workspace() entry to exit (build, verify, classes, removal), default workers (4);")
+    print("       build: to the start of the with body; w=1: workers=1; git procs: git processes per build")
+    print("naive, plumbing: one bash script each, setup (clone / init) included, removal excluded")
+    header = (
+        f"{'size':>4}  {'gagar':>8}  {'build':>8}  {'gagar w=1':>9}  {'plumbing':>8}  {'naive':>8}  "
+        f"{'naive/gagar':>11}  {'plumbing/gagar':>14}  {'git procs':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    targets = []
+    for row in rows:
+        print(
+            f"{row.size:>4}  {row.gagar:>7.3f}s  {row.build:>7.3f}s  {row.gagar_1:>8.3f}s  "
+            f"{row.plumbing:>7.3f}s  {row.naive:>7.2f}s  {row.naive_ratio:>10.1f}x  "
+            f"{row.plumbing_ratio:>13.2f}x  {row.processes:>9}"
+        )
+        targets.append(
+            (
+                f"{row.size:>3} candidates: naive/gagar {row.naive_ratio:.1f}x >= {NAIVE_TARGET:g}x",
+                row.naive_ratio >= NAIVE_TARGET,
+            )
+        )
+        targets.append(
+            (
+                f"{row.size:>3} candidates: plumbing/gagar {row.plumbing_ratio:.2f}x >= {PLUMBING_TARGET:g}x",
+                row.plumbing_ratio >= PLUMBING_TARGET,
+            )
+        )
+    print()
+    for text, ok in targets:
+        print(f"{'PASS' if ok else 'FAIL'}  {text}")
+    return targets
+
+
+def describe(generated: PatchSet, seed: int, seconds: float) -> str:
+    lines = [
+        sum(1 for line in p.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+        for p in generated.patches
+    ]
+    files = [sum(line.startswith("diff --git ") for line in p.splitlines()) for p in generated.patches]
+    return (
+        f"patches: seed {seed}, {len(generated.patches)} made in {seconds:.1f}s; "
+        f"{min(files)}-{max(files)} files (mean {statistics.mean(files):.1f}), "
+        f"{min(lines)}-{max(lines)} changed lines (mean {statistics.mean(lines):.1f}); "
+        f"{generated.added_files} add a module, {generated.touch_tests} touch a test, "
+        f"{generated.duplicates} repeat an earlier candidate"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="8 candidates, 1 repeat: a smoke test")
     parser.add_argument("--sizes", default=None, help="comma-separated group sizes (default 16,64; quick: 8)")
-    parser.add_argument(
-        "--repeats", type=int, default=None, help="gagar and plumbing runs per size (default 5)"
-    )
+    parser.add_argument("--repeats", type=int, default=None, help="gagar, plumbing runs per size (default 5)")
     parser.add_argument("--naive-repeats", type=int, default=None, help="naive runs per size (default 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", type=Path, default=None, help=f"default {default_cache_dir()}")
@@ -564,122 +693,40 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in (args.sizes or ("8" if args.quick else "16,64")).split(",")]
     repeats = args.repeats or (1 if args.quick else 5)
-    naive_repeats = args.naive_repeats or (1 if args.quick else 3)
+    naive_repeats = min(repeats, args.naive_repeats or (1 if args.quick else 3))
     cache = (args.cache_dir or default_cache_dir()).expanduser().resolve()
 
     repo = prepare_repo(cache, args.django_version)
-    print(
-        f"source tree: Django {repo.version} sdist as one commit {repo.base_commit[:12]}: {repo.files:,} files"
-    )
+    print(f"source: Django {repo.version} sdist as one commit {repo.base_commit[:12]}: {repo.files:,} files")
     mirrors = MirrorCache(cache / "mirrors")
-    mirror = mirrors.mirror(str(repo.path), repo.base_commit)  # warm: no run below clones or fetches
+    mirrors.mirror(str(repo.path), repo.base_commit)  # warm: no timed run clones or fetches
+    print(f"mirror: {mirrors.path_for(str(repo.path))} (cached)")
 
     scratch = Path(tempfile.mkdtemp(prefix="gagar-bench-"))
+    rows: list[Row] = []
     failures: list[str] = []
-    targets: list[tuple[str, bool]] = []
-    rows = []
     try:
         started = time.perf_counter()
         generated = generate_patches(repo, max(sizes), args.seed, scratch / "patches-clone")
-        lines = [
-            sum(1 for line in p.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-            for p in generated.patches
-        ]
-        files = [p.count("\ndiff --git ") + p.startswith("diff --git ") for p in generated.patches]
+        print(describe(generated, args.seed, time.perf_counter() - started))
         print(
-            f"patches: seed {args.seed}, {len(generated.patches)} in {time.perf_counter() - started:.1f}s; "
-            f"{min(files)}-{max(files)} files (mean {statistics.mean(files):.1f}), {min(lines)}-{max(lines)} "
-            f"changed lines (mean {statistics.mean(lines):.1f}); {generated.added_files} add a module, "
-            f"{generated.touch_tests} touch a test, {generated.duplicates} repeat an earlier candidate"
-        )
-        print(
-            f"groups: the first N patches; half the trajectories pass, a branch is built for every one; "
-            f"gagar/plumbing median of {repeats}, naive median of {naive_repeats}",
+            "groups: the first N patches; half the trajectories pass, and a branch (or failing ref) is built "
+            f"for every one; gagar, plumbing: median of {repeats} runs, naive: median of {naive_repeats}",
             flush=True,
         )
-
         for size in sizes:
-            group = make_group(repo, generated.patches[:size])
-            patch_dir = scratch / f"patches-{size}"
-            patch_dir.mkdir()
-            for n, t in enumerate(group.trajectories):
-                (patch_dir / f"{n:04d}.patch").write_text(t.patch)
-
-            def script(text: str, git_dir: str, patch_dir: Path = patch_dir) -> Run:
-                return run_script(text, git_dir, mirror, repo.base_commit, patch_dir, scratch)
-
-            # Untimed: warms the page cache, checks the build, counts git processes, records the trees.
-            with count_git_processes() as processes:
-                check = run_gagar(group, mirrors, None)
-            check = run_gagar(group, mirrors, None, trees=True)
-            plumbing_check = script(PLUMBING, "repo.git")
-
-            gagar, gagar_1, plumbing, naive = [], [], [], []
-            for r in range(repeats):
-                gagar.append(run_gagar(group, mirrors, None))
-                gagar_1.append(run_gagar(group, mirrors, 1))
-                plumbing.append(script(PLUMBING, "repo.git"))
-                if r < naive_repeats:
-                    naive.append(script(NAIVE, "clone/.git"))
-            for name, run in (("plumbing", plumbing_check), ("naive", naive[0])):
-                if run.trees != check.trees:
-                    differ = sum(a != b for a, b in zip(run.trees, check.trees)) + abs(
-                        len(run.trees) - len(check.trees)
-                    )
-                    failures.append(f"{size}: {name} built {differ} trees that differ from gagar's")
-            row = {
-                "size": size,
-                "gagar": median(gagar),
-                "build": median(gagar, lambda r: r.extra),
-                "gagar1": median(gagar_1),
-                "plumbing": median(plumbing),
-                "naive": median(naive),
-                "processes": processes[0],
-            }
+            row, problems = measure(repo, mirrors, generated.patches[:size], repeats, naive_repeats, scratch)
             rows.append(row)
+            failures += problems
             print(
-                f"  {size} candidates done: gagar {row['gagar']:.3f}s, plumbing {row['plumbing']:.3f}s, "
-                f"naive {row['naive']:.2f}s",
+                f"  {size} candidates: gagar {row.gagar:.3f}s, plumbing {row.plumbing:.3f}s, "
+                f"naive {row.naive:.2f}s",
                 flush=True,
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    print()
-    print(
-        "gagar = open_workspace() entry to exit (build, verify, classes, removal), default workers; "
-        "build = to the start of the with body"
-    )
-    print("naive and plumbing = one bash script each, setup (clone / init) included, removal excluded")
-    header = (
-        f"{'size':>4}  {'gagar':>8}  {'build':>8}  {'gagar w=1':>9}  {'plumbing':>8}  {'naive':>8}  "
-        f"{'naive/gagar':>11}  {'plumbing/gagar':>14}  {'git procs':>9}"
-    )
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        naive_ratio = row["naive"] / row["gagar"]
-        plumbing_ratio = row["plumbing"] / row["gagar"]
-        print(
-            f"{row['size']:>4}  {row['gagar']:>7.3f}s  {row['build']:>7.3f}s  {row['gagar1']:>8.3f}s  "
-            f"{row['plumbing']:>7.3f}s  {row['naive']:>7.2f}s  {naive_ratio:>10.1f}x  {plumbing_ratio:>13.2f}x  "
-            f"{row['processes']:>9}"
-        )
-        targets.append(
-            (
-                f"{row['size']:>3} candidates: naive/gagar {naive_ratio:.1f}x >= {NAIVE_TARGET:g}x",
-                naive_ratio >= NAIVE_TARGET,
-            )
-        )
-        targets.append(
-            (
-                f"{row['size']:>3} candidates: plumbing/gagar {plumbing_ratio:.2f}x >= {PLUMBING_TARGET:g}x",
-                plumbing_ratio >= PLUMBING_TARGET,
-            )
-        )
-    print()
-    for text, ok in targets:
-        print(f"{'PASS' if ok else 'FAIL'}  {text}")
+    targets = print_table(rows)
     for failure in failures:
         print(f"ERROR  {failure}")
     if failures:

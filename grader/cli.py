@@ -14,6 +14,8 @@ from rich.table import Table
 from grader import redistribute
 from grader.formats import LoadError, import_swebench, load_groups, write_groups
 from grader.graders import get_grader
+from grader.graders.base import GRADERS
+from grader.graders.llm import Budgets
 from grader.models import GroupResult
 from grader.pipeline import GradingOptions, grade_groups, write_results
 from grader.workspace import WorkspaceError, open_workspace
@@ -66,10 +68,31 @@ def _print_group(console: Console, result: GroupResult) -> None:
             console.print(f"  {tid}: {report.rationale or report.error}", highlight=False)
 
 
+def _grader_options(args: argparse.Namespace) -> dict[str, object]:
+    if args.grader != "llm":
+        return {}
+    if not args.model:
+        raise ValueError("--grader llm needs --model")
+    budgets = Budgets(turns=args.max_turns, wall_seconds=args.max_seconds, tokens=args.max_tokens)
+    return {
+        "model": args.model,
+        "base_url": args.base_url,
+        "api_key_env": args.api_key_env,
+        "prompts_dir": args.prompts,
+        "sandbox": None if args.sandbox == "none" else args.sandbox,
+        "show_failing": args.show_failing,
+        "seed": args.seed,
+        "tool_mode": args.tool_mode,
+        "temperature": args.temperature,
+        "budgets": budgets,
+        "transcript_dir": args.out / "transcripts",
+    }
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     console = Console(stderr=False)
     items = load_groups(args.inputs, pass_threshold=args.pass_threshold)
-    grader = get_grader(args.grader)
+    grader = get_grader(args.grader, **_grader_options(args))
     options = GradingOptions(
         grade_all_pass=args.grade_all_pass,
         scheme=args.scheme,
@@ -156,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument(
         "--out", required=True, type=Path, help="run directory; results.jsonl is written there"
     )
-    grade.add_argument("--grader", default="heuristic", choices=["heuristic"])
+    grade.add_argument("--grader", default="heuristic", choices=list(GRADERS))
     grade.add_argument(
         "--grade-all-pass", action="store_true", help="also grade groups where every trajectory passed"
     )
@@ -173,6 +196,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--pass-threshold", type=float, default=1.0, help="reward at which a trajectory passes"
     )
     grade.add_argument("--max-patch-bytes", type=int, default=GradingOptions.max_patch_bytes)
+    llm = grade.add_argument_group("llm grader")
+    llm.add_argument("--model", help="model name as the endpoint knows it")
+    llm.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    llm.add_argument(
+        "--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key"
+    )
+    llm.add_argument("--prompts", type=Path, help="folder whose files override the shipped prompts/")
+    llm.add_argument(
+        "--sandbox",
+        default="docker",
+        choices=["docker", "local", "none"],
+        help="where the run tool executes code (none: no run tool)",
+    )
+    llm.add_argument(
+        "--tool-mode",
+        default="native",
+        choices=["native", "text"],
+        help="native function calling, or JSON in text for endpoints without it",
+    )
+    llm.add_argument("--show-failing", action="store_true", help="show failing trajectories for contrast")
+    llm.add_argument("--seed", type=int, help="seed for labels and their order (default: random, recorded)")
+    llm.add_argument("--temperature", type=float, default=0.0)
+    llm.add_argument("--max-turns", type=int, default=Budgets.turns)
+    llm.add_argument("--max-tokens", type=int, default=Budgets.tokens)
+    llm.add_argument("--max-seconds", type=float, default=Budgets.wall_seconds)
     grade.set_defaults(func=cmd_grade)
 
     workspace = sub.add_parser("workspace", help="build one group's workspace and keep it for inspection")

@@ -157,4 +157,8 @@ class GroupResult(BaseModel):
     advantages_after: dict[str, float | None] = Field(default_factory=dict)
     redistribution: str = ""
     trajectories: dict[str, TrajectoryReport] = Field(default_factory=dict)
+    flags: dict[str, list[str]] = Field(default_factory=dict)
+    usage: dict[str, int] = Field(default_factory=dict)
+    transcript: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
     seconds: float = 0.0

@@ -131,7 +131,9 @@ def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, 
         return
     except GradingFailed as exc:
         result.status, result.reason = "failed", f"{grader.name} grader failed: {exc}"
+        _record_details(result, exc.details)
         return
+    _record_details(result, grade.details)
     for trajectory_id, report in result.trajectories.items():
         report.signals = grade.signals.get(trajectory_id, {})
         report.rationale = grade.rationales.get(trajectory_id)
@@ -159,6 +161,14 @@ def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, 
     result.redistribution = "applied" if outcome.applied else f"identity: {outcome.reason}"
     for t, value in zip(included, outcome.advantages.tolist(), strict=True):
         result.advantages_after[t.id] = value
+
+
+def _record_details(result: GroupResult, details: dict[str, Any]) -> None:
+    details = dict(details)
+    result.usage = details.pop("usage", {}) or {}
+    result.transcript = details.pop("transcript", None)
+    result.flags = {tid: list(hits) for tid, hits in (details.pop("flags", {}) or {}).items()}
+    result.details = details
 
 
 def grade_groups(

@@ -309,6 +309,22 @@ class Workspace:
             tree = tree / under.strip("/")
         return [item.path for item in tree.traverse() if isinstance(item, Blob)]
 
+    def grep(self, target: str, pattern: str, path: str | None = None, max_count: int = 200) -> list[str]:
+        """`path:line:text` for each line matching an extended regular expression on a target (git grep).
+
+        Raises ValueError when git rejects the pattern.
+        """
+        commit = self.commit_of(target)
+        args = ["grep", "-n", "-I", "-E", f"--max-count={max_count}", "-e", pattern, commit]
+        if path:
+            args += ["--", path]
+        proc = git(args, git_dir=self.git_dir, check=False)
+        if proc.returncode not in (0, 1):
+            raise ValueError(proc.stderr.decode("utf-8", "replace").strip() or "git grep failed")
+        prefix = f"{commit}:"
+        lines = proc.stdout.decode("utf-8", "replace").splitlines()
+        return [line.removeprefix(prefix) for line in lines]
+
     def archive(self, target: str) -> bytes:
         """The target's pristine tree as an uncompressed tar (what a sandbox copies in)."""
         return git(["archive", "--format=tar", self.commit_of(target)], git_dir=self.git_dir).stdout

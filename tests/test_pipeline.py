@@ -25,6 +25,10 @@ RESULT_KEYS = {
     "advantages_after",
     "redistribution",
     "trajectories",
+    "flags",
+    "usage",
+    "transcript",
+    "details",
     "seconds",
 }
 

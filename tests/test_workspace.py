@@ -23,7 +23,7 @@ def ws_git(workspace: Workspace, *args: str) -> str:
 
 def test_only_base_and_trajectory_refs_are_reachable(repo: RepoFactory, mirrors: MirrorCache) -> None:
     group = repo.group({"good": (repo.patch(FIX), True), "bad": (repo.patch({"README.md": "x\n"}), False)})
-    # Upstream moves on after the task's base (the real fix lands, a tag appears): none of it may be reachable.
+    # Upstream moves on after the base (the real fix lands, a tag appears): none of it may be reachable.
     (repo.path / "pkg/core.py").write_text(FIX["pkg/core.py"])
     run_git(repo.path, "commit", "--quiet", "-am", "upstream fix")
     run_git(repo.path, "tag", "v1.0")

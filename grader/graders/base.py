@@ -10,7 +10,14 @@ from grader.workspace import Workspace
 
 
 class GradingFailed(RuntimeError):
-    """The grader could not produce a ranking; the group passes through unchanged with this reason."""
+    """The grader could not produce a ranking; the group passes through unchanged with this reason.
+
+    `details` carries what is known anyway (usage, transcript path), for the result.
+    """
+
+    def __init__(self, reason: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.details = details or {}
 
 
 @dataclass
@@ -33,10 +40,19 @@ class Grader(Protocol):
     def grade(self, workspace: Workspace) -> Grade: ...
 
 
+GRADERS = ("heuristic", "llm")
+
+
 def get_grader(name: str, **options: Any) -> Grader:
-    """A grader by name: `heuristic` (the default, no LLM)."""
+    """A grader by name: `heuristic` (the default, no LLM) or `llm` (options as `LLMConfig`; `model` needed)."""
     if name == "heuristic":
         from grader.graders.heuristic import HeuristicGrader
 
         return HeuristicGrader(**options)
-    raise ValueError(f"unknown grader {name!r}; available: heuristic")
+    if name == "llm":
+        from grader.graders.llm import LLMGrader
+
+        if "model" not in options:
+            raise ValueError("the llm grader needs a model name")
+        return LLMGrader(**options)
+    raise ValueError(f"unknown grader {name!r}; available: {', '.join(GRADERS)}")

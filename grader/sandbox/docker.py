@@ -1,9 +1,10 @@
 """Docker backend: one locked-down container per sandbox, one `docker exec` per command.
 
 Layout inside the container (root filesystem read-only, no network, no capabilities, no new privileges):
-- /pristine (tmpfs, root-owned, mode 711): each target's tree, extracted by root under an unguessable name.
-- /scratch (tmpfs, mode 1733 so nobody can list it): one private box (mode 700) per command.
-- /tmp (tmpfs, 1777): shared, but each command's own leftovers there are removed when it ends.
+- /pristine (tmpfs, root-owned, mode 711): each target's tree (and, after `setup`, its set-up tree),
+  written by root under an unguessable name; nobody else can list or write there.
+- /scratch (tmpfs, 1777): one private box (mode 700) per command.
+- /tmp (tmpfs, 1777): shared. A command's own leftovers in /scratch, /tmp and /dev/shm go when it ends.
 
 Every command runs under a uid used for nothing else in the container's life, in a fresh copy of its target's
 tree: the copy, the command (under `timeout -k`), the killing of everything the uid left running, and the
@@ -42,8 +43,8 @@ LABEL_PID = "gagar.pid"
 LABEL_HOST = "gagar.host"
 LABEL_CREATED = "gagar.created"
 
-# Runs as the command's own uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: private box; $GAGAR_SETUP=1 keeps
-# the result as the target's new pristine tree instead of removing it.
+# Runs as the command's own uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: private box; $GAGAR_SETUP=1 leaves
+# the resulting tree readable (not writable) by all, for root to adopt as the target's new pristine tree.
 _WRAPPER = r"""
 src=$GAGAR_SRC box=$GAGAR_BOX limit=$GAGAR_TIMEOUT grace=$GAGAR_KILL_AFTER keep=$GAGAR_SETUP
 unset GAGAR_SRC GAGAR_BOX GAGAR_TIMEOUT GAGAR_KILL_AFTER GAGAR_SETUP
@@ -59,8 +60,8 @@ HOME=$box/home TMPDIR=$box/tmp timeout -k "$grace" "$limit" "$@"
 rc=$?
 cd /
 kill -9 -1 2>/dev/null
-for f in /tmp/* /tmp/.[!.]* /dev/shm/* /dev/shm/.[!.]*; do
-  [ -O "$f" ] && rm -rf "$f"
+for f in /scratch/* /scratch/.[!.]* /tmp/* /tmp/.[!.]* /dev/shm/* /dev/shm/.[!.]*; do
+  [ "$f" != "$box" ] && [ -O "$f" ] && rm -rf "$f"
 done
 if [ "$keep" = 1 ]; then
   rm -rf "$box/home" "$box/tmp"
@@ -73,8 +74,14 @@ exit $rc
 
 _LOAD = r"""
 umask 022
-chmod 711 /pristine && chmod 1733 /scratch && chmod 1777 /tmp || exit 1
+chmod 711 /pristine && chmod 1777 /scratch /tmp || exit 1
 tar -x -C /pristine --no-same-owner --no-same-permissions -f -
+"""
+
+# Root here has no capabilities: it cannot keep the setup uid's ownership, so it keeps modes and times only.
+_ADOPT = r"""
+umask 022
+cp -R --preserve=mode,timestamps,links "$1" "$2" 2>/dev/null || { rm -rf "$2"; cp -R "$1" "$2"; }
 """
 
 _GIT_IDENTITY = {
@@ -251,19 +258,35 @@ class DockerSandbox(Sandbox):
             watchdog.cancel()
         seconds = time.monotonic() - started
         exit_code = -9 if watchdog.fired else self._exit_code(exec_id)
-        if setup and exit_code != 125:
-            self._sources[target] = f"{box}/t"
+        if setup and exit_code != 125 and not watchdog.fired:
+            self._adopt(container, uid, box, target)
         timed_out = watchdog.fired or (exit_code in (124, 137) and seconds >= timeout)
+        stderr = err.text()
+        if exit_code == 137 and not timed_out:
+            # Nothing else in the container sends SIGKILL to a running command but the kernel's OOM killer.
+            mib = self.limits.memory_bytes // 1024**2
+            stderr += f"\n[gagar-sandbox: killed by SIGKILL, most likely at the {mib} MiB memory limit]\n"
         return ExecResult(
             exit_code=exit_code,
             stdout=out.text(),
-            stderr=err.text(),
+            stderr=stderr,
             timed_out=timed_out,
             truncated=out.truncated or err.truncated,
             seconds=seconds,
             isolation=self.isolation,
             target=target,
         )
+
+    def _adopt(self, container: Any, uid: int, box: str, target: str) -> None:
+        """Copy a set-up tree into /pristine (as root: nobody else can change it there) and drop the box."""
+        dest = f"/pristine/{secrets.token_hex(12)}"
+        copy = container.exec_run(
+            ["sh", "-c", _ADOPT, "gagar-adopt", f"{box}/t", dest], user="0:0", environment={"LANG": "C"}
+        )
+        container.exec_run(["rm", "-rf", box], user=f"{uid}:{uid}")
+        if copy.exit_code != 0:
+            raise SandboxError(f"could not keep the set-up tree of {target!r}: {copy.output[-2000:]!r}")
+        self._sources[target] = dest
 
     def _exit_code(self, exec_id: str) -> int:
         # The stream can end a moment before the engine records the exit code.

@@ -1,0 +1,415 @@
+"""The agentic grader: an LLM on any OpenAI-compatible endpoint inspects the candidates with tools and ranks them.
+
+The loop is small on purpose: ask the model, run the tool calls it makes, feed the results back, until it
+submits a valid ranking or a budget runs out. It knows tools only through `Toolbox.schemas()` and
+`Toolbox.call()`. Every failure ends in `GradingFailed` with the reason (never a default ranking), so the
+group passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import openai
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from grader.graders.base import Grade, GradingFailed
+from grader.graders.tools import (
+    SUBMIT,
+    Submission,
+    Toolbox,
+    ToolError,
+    assign_labels,
+    injections_by_trajectory,
+    wrap,
+)
+from grader.prompts import Prompts, load_prompts
+from grader.transcript import Transcript
+from grader.workspace import Workspace, ref_name
+
+RETRYABLE = (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
+NUDGE = "Continue with the tools; finish by calling submit_ranking."
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Limits on one grading. Exhausting any of them fails the group with the budget named."""
+
+    turns: int = 24
+    tokens: int = 400_000
+    tool_output_chars: int = 300_000
+    wall_seconds: float = 900.0
+    repairs: int = 2
+    request_timeout: float = 180.0
+    retries: int = 4
+    retry_wait_initial: float = 0.5
+    retry_wait_max: float = 20.0
+    max_output_tokens: int = 4096
+
+
+@dataclass
+class LLMConfig:
+    """How to reach the model and how to run the grading. See `gagar grade --help` for the CLI names."""
+
+    model: str
+    base_url: str | None = None
+    api_key: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    tool_mode: Literal["native", "text"] = "native"
+    prompts_dir: Path | None = None
+    budgets: Budgets = field(default_factory=Budgets)
+    sandbox: Literal["docker", "local"] | None = "docker"
+    show_failing: bool = False
+    seed: int | None = None
+    transcript_dir: Path | None = None
+
+
+@dataclass
+class _Usage:
+    requests: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tool_calls: int = 0
+    tool_output_chars: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {**self.__dict__, "total_tokens": self.total_tokens}
+
+
+def _text_tool_call(content: str | None) -> tuple[str, Any] | None:
+    """A tool call written as JSON in the message text, for endpoints without function calling."""
+    if not content:
+        return None
+    fenced = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", content, flags=re.S)
+    candidates = [fenced.group(1)] if fenced else []
+    start = content.find("{")
+    if start >= 0:
+        candidates.append(content[start : content.rfind("}") + 1])
+    for text in candidates:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("tool"), str):
+            return data["tool"], data.get("arguments", {})
+    return None
+
+
+class LLMGrader:
+    """Grades a workspace with an LLM agent. Thread-safe: each `grade` call has its own state."""
+
+    name = "llm"
+
+    def __init__(self, model: str, **options: Any) -> None:
+        self.config = LLMConfig(model=model, **options)
+        self.prompts: Prompts = load_prompts(self.config.prompts_dir)
+        key = (
+            self.config.api_key or os.environ.get(self.config.api_key_env) or "EMPTY"
+        )  # vLLM accepts any key
+        self.client = openai.OpenAI(
+            base_url=self.config.base_url,
+            api_key=key,
+            max_retries=0,
+            timeout=self.config.budgets.request_timeout,
+        )
+
+    def grade(self, workspace: Workspace) -> Grade:
+        group_id = workspace.group.group_id
+        seed = self._seed(group_id)
+        path = None
+        if self.config.transcript_dir is not None:
+            path = Path(self.config.transcript_dir) / f"{ref_name(group_id)}.jsonl"
+        transcript = Transcript(path)
+        candidates = assign_labels(workspace, seed, self.config.show_failing)
+        toolbox = Toolbox(
+            workspace, candidates, self.prompts.tools, sandbox_opener=self._sandbox_opener(workspace)
+        )
+        usage = _Usage()
+        flags = injections_by_trajectory(workspace)
+        details: dict[str, Any] = {
+            "model": self.config.model,
+            "seed": seed,
+            "labels": candidates.members,
+            "contrast": candidates.contrast,
+            "transcript": str(path) if path else None,
+        }
+        transcript.event(
+            "start",
+            group_id=group_id,
+            model=self.config.model,
+            seed=seed,
+            labels=candidates.members,
+            contrast=candidates.contrast,
+            tool_mode=self.config.tool_mode,
+        )
+        for tid, hits in flags.items():
+            transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
+        try:
+            submission = self._loop(toolbox, candidates.order, workspace, transcript, usage)
+        except GradingFailed as exc:
+            transcript.event("failed", reason=str(exc), usage=usage.as_dict())
+            exc.details = {**details, "usage": usage.as_dict(), "flags": flags}
+            raise
+        finally:
+            toolbox.close()
+            transcript.close()
+        signals = {tid: {"injection": hits} for tid, hits in flags.items()}
+        for tid in workspace.gradable():
+            signals.setdefault(tid, {})["confidence"] = submission.confidence
+        return Grade(
+            ranking=submission.ranking,
+            rationales=submission.reasons,
+            signals=signals,
+            details={
+                **details,
+                "usage": usage.as_dict(),
+                "flags": flags,
+                "confidence": submission.confidence,
+                "ranking_labels": submission.labels,
+            },
+        )
+
+    # -- the loop ----------------------------------------------------------------------------------------
+
+    def _loop(
+        self, toolbox: Toolbox, labels: list[str], workspace: Workspace, transcript: Transcript, usage: _Usage
+    ) -> Submission:
+        budgets = self.config.budgets
+        deadline = time.monotonic() + budgets.wall_seconds
+        native = self.config.tool_mode == "native"
+        messages = self._opening(toolbox, labels, workspace, native)
+        for message in messages:
+            transcript.event("message", role=message["role"], content=message["content"])
+        repairs = 0
+        for turn in range(1, budgets.turns + 1):
+            if usage.total_tokens >= budgets.tokens:
+                raise GradingFailed(f"token budget exhausted ({usage.total_tokens:,} >= {budgets.tokens:,})")
+            if usage.tool_output_chars >= budgets.tool_output_chars:
+                raise GradingFailed(f"tool output budget exhausted ({usage.tool_output_chars:,} characters)")
+            response = self._complete(messages, toolbox, native, deadline, transcript, usage)
+            message = response.choices[0].message
+            calls = self._calls(message, native)
+            assistant: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+            if native and message.tool_calls:
+                assistant["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                    }
+                    for c in message.tool_calls
+                ]
+            messages.append(assistant)
+            transcript.event(
+                "message",
+                role="assistant",
+                turn=turn,
+                content=message.content,
+                tool_calls=[{"id": cid, "name": n, "arguments": a} for cid, n, a in calls],
+            )
+            if not calls:
+                messages.append({"role": "user", "content": NUDGE})
+                transcript.event("message", role="user", content=NUDGE)
+                continue
+            for call_id, name, arguments in calls:
+                usage.tool_calls += 1
+                started = time.monotonic()
+                if name == SUBMIT:
+                    try:
+                        submission = toolbox.submission(arguments)
+                    except ToolError as exc:
+                        repairs += 1
+                        transcript.event("invalid_ranking", call_id=call_id, problem=str(exc), repair=repairs)
+                        if repairs > budgets.repairs:
+                            raise GradingFailed(
+                                f"no valid ranking after {budgets.repairs} repairs: {exc}"
+                            ) from None
+                        self._reply(
+                            messages, transcript, call_id, name, f"error: {exc}", native, started, True
+                        )
+                        continue
+                    transcript.event(
+                        "submitted",
+                        call_id=call_id,
+                        ranking=submission.labels,
+                        confidence=submission.confidence,
+                        usage=usage.as_dict(),
+                    )
+                    return submission
+                try:
+                    output, is_error = toolbox.call(name, arguments), False
+                except ToolError as exc:
+                    output, is_error = f"error: {exc}", True
+                usage.tool_output_chars += len(output)
+                self._reply(messages, transcript, call_id, name, output, native, started, is_error)
+            if time.monotonic() > deadline:
+                raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)")
+        raise GradingFailed(f"turn budget exhausted ({budgets.turns} turns) without a valid ranking")
+
+    def _opening(self, toolbox: Toolbox, labels: list[str], workspace: Workspace, native: bool) -> list[dict]:
+        system = self.prompts.system
+        if not native:
+            described = "\n".join(
+                f"- {s['name']}: {s['description']}\n  arguments: {json.dumps(s['parameters'])}"
+                for s in toolbox.specs.values()
+            )
+            system += "\n\n" + self.prompts.no_tools.replace("{tools}", described)
+        contrast = ""
+        if toolbox.candidates.contrast:
+            contrast = (
+                f"Failing trajectories shown for contrast (not to be ranked): "
+                f"{', '.join(toolbox.candidates.contrast)}\n"
+            )
+        task = self.prompts.task.format(
+            statement=wrap(workspace.group.task.statement or "(no statement given)"),
+            labels=", ".join(labels),
+            contrast=contrast,
+            tools=", ".join(toolbox.names()),
+        )
+        return [{"role": "system", "content": system}, {"role": "user", "content": task}]
+
+    @staticmethod
+    def _calls(message: Any, native: bool) -> list[tuple[str, str, Any]]:
+        if native and message.tool_calls:
+            return [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
+        parsed = _text_tool_call(message.content)
+        if parsed is not None:
+            return [(f"text-{secrets.token_hex(3)}", parsed[0], parsed[1])]
+        return []
+
+    @staticmethod
+    def _reply(
+        messages: list[dict],
+        transcript: Transcript,
+        call_id: str,
+        name: str,
+        output: str,
+        native: bool,
+        started: float,
+        is_error: bool,
+    ) -> None:
+        if native:
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+        else:
+            messages.append({"role": "user", "content": f"Result of {name}:\n{output}"})
+        transcript.event(
+            "tool_result",
+            call_id=call_id,
+            name=name,
+            content=output,
+            error=is_error,
+            seconds=round(time.monotonic() - started, 4),
+        )
+
+    def _complete(
+        self,
+        messages: list[dict],
+        toolbox: Toolbox,
+        native: bool,
+        deadline: float,
+        transcript: Transcript,
+        usage: _Usage,
+    ) -> Any:
+        budgets = self.config.budgets
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)")
+
+        def note_retry(state: RetryCallState) -> None:
+            usage.retries += 1
+            error = state.outcome.exception() if state.outcome else None
+            transcript.event(
+                "retry",
+                attempt=state.attempt_number,
+                error=f"{type(error).__name__}: {error}",
+                sleep=round(state.next_action.sleep, 3) if state.next_action else None,
+            )
+
+        kwargs: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": self.config.temperature,
+            "max_tokens": budgets.max_output_tokens,
+        }
+        if native:
+            kwargs["tools"] = toolbox.schemas()
+        retrying = Retrying(
+            retry=retry_if_exception_type(RETRYABLE),
+            stop=stop_after_attempt(budgets.retries + 1) | stop_after_delay(remaining),
+            wait=wait_exponential_jitter(multiplier=budgets.retry_wait_initial, max=budgets.retry_wait_max),
+            before_sleep=note_retry,
+            reraise=True,
+        )
+        started = time.monotonic()
+        try:
+            for attempt in retrying:
+                with attempt:
+                    usage.requests += 1
+                    timeout = max(0.1, min(budgets.request_timeout, deadline - time.monotonic()))
+                    response = self.client.chat.completions.create(timeout=timeout, **kwargs)
+        except RETRYABLE as exc:
+            raise GradingFailed(
+                f"endpoint failed after {usage.retries + 1} attempt(s): {type(exc).__name__}: {exc}"
+            ) from None
+        except openai.APIError as exc:  # 400, 401, 404...: retrying will not help
+            raise GradingFailed(f"endpoint refused the request: {type(exc).__name__}: {exc}") from None
+        if not getattr(response, "choices", None):
+            raise GradingFailed("endpoint returned no choices")
+        reported = response.usage
+        if reported is not None:
+            usage.prompt_tokens += reported.prompt_tokens or 0
+            usage.completion_tokens += reported.completion_tokens or 0
+        else:  # some servers omit usage: estimate, so the token budget still binds
+            usage.prompt_tokens += len(json.dumps(messages)) // 4
+            usage.completion_tokens += len(response.choices[0].message.content or "") // 4
+        transcript.event(
+            "response",
+            seconds=round(time.monotonic() - started, 4),
+            finish_reason=response.choices[0].finish_reason,
+            usage=reported.model_dump() if reported is not None else None,
+        )
+        return response
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _seed(self, group_id: str) -> int:
+        if self.config.seed is None:
+            return secrets.randbits(32)
+        digest = hashlib.sha256(f"{self.config.seed}:{group_id}".encode()).digest()
+        return int.from_bytes(digest[:4], "big")
+
+    def _sandbox_opener(self, workspace: Workspace):
+        backend = self.config.sandbox
+        if backend is None:
+            return None
+        task = workspace.group.task
+
+        def opener():
+            from grader.sandbox import open_sandbox
+
+            return open_sandbox(
+                workspace, backend=backend, image=task.image, setup=task.setup, test_command=task.test_command
+            )
+
+        return opener

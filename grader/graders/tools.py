@@ -1,0 +1,353 @@
+"""The grader's tools: list, diff, read, search and run over one workspace, under random candidate labels.
+
+Schemas and descriptions come from `prompts/tools.json`; this module implements them. Everything a tool
+returns that comes from a candidate or the repository is wrapped as data with a per-call random marker, and
+capped (head and tail kept, the cut counted). The agent loop sees tools only through `schemas()` and `call()`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.ranking import InvalidRanking, validate_ranking
+from grader.sandbox.base import Sandbox, SandboxError
+from grader.workspace import BASE, Workspace
+
+DEFAULT_OUTPUT_CHARS = 12_000
+DEFAULT_PAGE_CHARS = 8_000
+DEFAULT_RUN_TIMEOUT = 60.0
+SUBMIT = "submit_ranking"
+
+_INJECTION = re.compile(
+    r"(ignore|disregard|forget)\s+(all\s+|any\s+)?(previous|prior|above|earlier)\s+(instructions|prompts?)"
+    r"|\b(rank|rate|grade|score|choose|pick|select)\s+(this|me|it)\s+(candidate|patch|one|solution\s+)?\s*"
+    r"(first|highest|best|top|#?1)\b"
+    r"|\bthis\s+(patch|candidate|solution)\s+(is|should\s+be)\s+(the\s+)?(best|ranked\s+first|correct\s+one)"
+    r"|\b(dear|attention|note\s+to(\s+the)?)\s+(grader|reviewer|judge|evaluator|ai|assistant|llm)\b"
+    r"|\b(you\s+are|as)\s+(the|an?)\s+(ai\s+)?(grader|judge|evaluator)\b"
+    r"|\bsubmit_ranking\b|\bsystem\s+prompt\b",
+    re.IGNORECASE,
+)
+
+
+def find_injections(patch_text: str) -> list[str]:
+    """Added lines of a patch that address the grader instead of the code (prompt injection attempts)."""
+    hits = []
+    for line in patch_text.splitlines():
+        if line.startswith("+") and not line.startswith("+++") and _INJECTION.search(line):
+            hits.append(line[1:].strip()[:200])
+    return hits
+
+
+def cap_text(text: str, limit: int) -> str:
+    """At most about `limit` characters: the head and the tail, with the count of what was cut between."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}"
+
+
+def wrap(text: str) -> str:
+    """Mark text as data with a fresh random marker, so content cannot forge the end of its own wrapper."""
+    marker = secrets.token_hex(6)
+    return f"<<<DATA {marker}>>>\n{text}\n<<<END {marker}>>>"
+
+
+class ToolError(Exception):
+    """A tool call the model got wrong; the message goes back to the model."""
+
+
+@dataclass
+class Candidates:
+    """The labels the grader sees, and what they stand for."""
+
+    order: list[str]  # candidate labels, in the order shown
+    members: dict[
+        str, list[str]
+    ]  # label -> trajectory ids of its equivalence class (first is representative)
+    contrast: dict[str, str] = field(default_factory=dict)  # failing label -> trajectory id
+    seed: int = 0
+
+    def trajectory(self, label: str) -> str:
+        if label in self.members:
+            return self.members[label][0]
+        if label in self.contrast:
+            return self.contrast[label]
+        raise ToolError(f"unknown label {label!r}; labels: {', '.join(self.order + list(self.contrast))}")
+
+
+def assign_labels(workspace: Workspace, seed: int, show_failing: bool = False) -> Candidates:
+    """Random labels in a random order (both from `seed`), one per class of equivalent patches."""
+    rng = random.Random(seed)
+    classes = list(workspace.classes)
+    rng.shuffle(classes)
+    used: set[str] = set()
+
+    def fresh(prefix: str) -> str:
+        while True:
+            label = f"{prefix}-{''.join(rng.choices('abcdefghjkmnpqrstuvwxyz23456789', k=4))}"
+            if label not in used:
+                used.add(label)
+                return label
+
+    members = {fresh("C"): list(ids) for ids in classes}
+    contrast: dict[str, str] = {}
+    if show_failing:
+        failing = [c.trajectory_id for c in workspace.candidates.values() if not c.passed and c.commit]
+        rng.shuffle(failing)
+        contrast = {fresh("F"): tid for tid in failing}
+    return Candidates(order=list(members), members=members, contrast=contrast, seed=seed)
+
+
+def _check_type(value: Any, schema: dict[str, Any], where: str) -> None:
+    kind = schema.get("type")
+    checks: dict[str, Callable[[Any], bool]] = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "array": lambda v: isinstance(v, list),
+        "object": lambda v: isinstance(v, dict),
+        "boolean": lambda v: isinstance(v, bool),
+    }
+    if kind in checks and not checks[kind](value):
+        raise ToolError(f"{where} must be of type {kind}, got {json.dumps(value)[:80]}")
+    if kind in ("integer", "number"):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise ToolError(f"{where} must be >= {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            raise ToolError(f"{where} must be <= {schema['maximum']}")
+    if kind == "array" and "items" in schema:
+        for i, item in enumerate(value):
+            _check_type(item, schema["items"], f"{where}[{i}]")
+    if kind == "object":
+        properties = schema.get("properties", {})
+        for name in schema.get("required", []):
+            if name not in value:
+                raise ToolError(f"missing required argument {name!r}")
+        for name, item in value.items():
+            if name in properties:
+                _check_type(item, properties[name], f"{where}.{name}" if where != "arguments" else name)
+            elif schema.get("additionalProperties") is False:
+                raise ToolError(f"unknown argument {name!r}; allowed: {', '.join(properties) or 'none'}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                _check_type(item, schema["additionalProperties"], f"{where}.{name}")
+
+
+def parse_arguments(raw: str | dict[str, Any] | None, schema: dict[str, Any]) -> dict[str, Any]:
+    """Decode and check a tool call's arguments against its JSON schema; ToolError says what is wrong."""
+    if isinstance(raw, dict):
+        arguments = raw
+    else:
+        try:
+            arguments = json.loads(raw or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(arguments, dict):
+        raise ToolError("arguments must be a JSON object")
+    _check_type(arguments, schema, "arguments")
+    return arguments
+
+
+@dataclass
+class Submission:
+    """A validated ranking, in trajectory ids, with the grader's reasons and confidence."""
+
+    ranking: list[list[str]]
+    reasons: dict[str, str]
+    confidence: float
+    labels: list[list[str]]
+
+
+class Toolbox:
+    """The tools over one workspace. `sandbox_opener` starts a sandbox on first `run`; None disables `run`."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        candidates: Candidates,
+        specs: list[dict[str, Any]],
+        sandbox_opener: Callable[[], Sandbox] | None = None,
+        output_chars: int = DEFAULT_OUTPUT_CHARS,
+        page_chars: int = DEFAULT_PAGE_CHARS,
+    ) -> None:
+        self.workspace = workspace
+        self.candidates = candidates
+        self.specs = {
+            spec["name"]: spec for spec in specs if spec["name"] != "run" or sandbox_opener is not None
+        }
+        self.output_chars = output_chars
+        self.page_chars = page_chars
+        self._sandbox_opener = sandbox_opener
+        self._sandbox: Sandbox | None = None
+        self._sandbox_error: str | None = None
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools in the chat-completions `tools` format."""
+        return [{"type": "function", "function": spec} for spec in self.specs.values()]
+
+    def names(self) -> list[str]:
+        return list(self.specs)
+
+    def call(self, name: str, raw_arguments: str | dict[str, Any] | None) -> str:
+        """Run one tool and return its text for the model. Raises ToolError for a call the model got wrong."""
+        if name not in self.specs:
+            raise ToolError(f"unknown tool {name!r}; tools: {', '.join(self.specs)}")
+        arguments = parse_arguments(raw_arguments, self.specs[name]["parameters"])
+        if name == SUBMIT:
+            raise ToolError("submit_ranking is handled by the grader loop")  # never reached from the loop
+        handler = getattr(self, f"_tool_{name}")
+        return handler(**arguments)
+
+    def submission(self, raw_arguments: str | dict[str, Any] | None) -> Submission:
+        """Check a submit_ranking call; ToolError names unknown, missing or duplicated labels."""
+        arguments = parse_arguments(raw_arguments, self.specs[SUBMIT]["parameters"])
+        try:
+            labels = validate_ranking(arguments["ranking"], self.candidates.order)
+        except InvalidRanking as exc:
+            raise ToolError(
+                f"invalid ranking: {exc}. Every label must appear exactly once: "
+                f"{', '.join(self.candidates.order)}"
+            ) from None
+        reasons = {str(k): str(v) for k, v in arguments["reasons"].items()}
+        ranking = [[tid for label in tier for tid in self.candidates.members[label]] for tier in labels]
+        by_trajectory = {
+            tid: reasons.get(label, "") for label, ids in self.candidates.members.items() for tid in ids
+        }
+        return Submission(
+            ranking=ranking, reasons=by_trajectory, confidence=float(arguments["confidence"]), labels=labels
+        )
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+    # -- the tools ---------------------------------------------------------------------------------------
+
+    def _target(self, label: str) -> str:
+        return BASE if label == BASE else self.candidates.trajectory(label)
+
+    def _tool_list_candidates(self) -> str:
+        rows = []
+        for label in self.candidates.order:
+            c = self.workspace.candidates[self.candidates.members[label][0]]
+            stats = c.stats
+            files = ", ".join(stats.files) if stats else "?"
+            size = f"+{stats.lines_added} -{stats.lines_removed}" if stats else ""
+            same = len(self.candidates.members[label])
+            rows.append(f"{label}: {size} in {files}" + (f" (submitted {same} times)" if same > 1 else ""))
+        for label, tid in self.candidates.contrast.items():
+            stats = self.workspace.candidates[tid].stats
+            rows.append(
+                f"{label} (FAILED the tests; for contrast only): {', '.join(stats.files) if stats else '?'}"
+            )
+        return wrap("\n".join(rows))
+
+    def _tool_diff(self, candidate: str, against: str = BASE, path: str | None = None, page: int = 1) -> str:
+        text = self.workspace.diff(
+            self._target(candidate), self._target(against), paths=[path] if path else None
+        )
+        pages = max(1, -(-len(text) // self.page_chars))
+        if page > pages:
+            raise ToolError(f"page {page} does not exist; the diff has {pages} page(s)")
+        chunk = text[(page - 1) * self.page_chars : page * self.page_chars]
+        note = f"page {page} of {pages}\n" if pages > 1 else ""
+        return note + wrap(chunk or "(no differences)")
+
+    def _tool_read_file(
+        self, target: str, path: str, start_line: int = 1, end_line: int | None = None
+    ) -> str:
+        try:
+            data = self.workspace.read_file(self._target(target), path)
+        except FileNotFoundError as exc:
+            raise ToolError(str(exc)) from None
+        lines = data.decode("utf-8", "replace").splitlines()
+        end = min(len(lines), end_line or len(lines))
+        if start_line > max(1, len(lines)):
+            raise ToolError(f"{path} has {len(lines)} lines")
+        numbered = "\n".join(f"{n:>5}  {lines[n - 1]}" for n in range(start_line, end + 1))
+        return f"{path} lines {start_line}-{end} of {len(lines)}\n" + wrap(
+            cap_text(numbered, self.output_chars)
+        )
+
+    def _tool_search(self, target: str, pattern: str, path: str | None = None) -> str:
+        try:
+            hits = self.workspace.grep(self._target(target), pattern, path)
+        except ValueError as exc:
+            raise ToolError(f"search failed: {exc}") from None
+        return f"{len(hits)} matching line(s)\n" + wrap(
+            cap_text("\n".join(hits) or "(no match)", self.output_chars)
+        )
+
+    def _tool_run(
+        self, command: str, targets: list[str] | None = None, timeout: float = DEFAULT_RUN_TIMEOUT
+    ) -> str:
+        labels = targets or [BASE, *self.candidates.order]
+        contrast = [label for label in labels if label in self.candidates.contrast]
+        if contrast:
+            raise ToolError(f"failing trajectories cannot be run: {', '.join(contrast)}")
+        ids = {label: self._target(label) for label in labels}
+        sandbox = self._open_sandbox()
+        try:
+            if command.strip() == "tests":
+                if not sandbox.test_command:
+                    raise ToolError("this task has no test command; give a shell command")
+                command = sandbox.test_command
+            results = sandbox.exec_many(list(ids.values()), command, timeout=timeout)
+        except SandboxError as exc:
+            raise ToolError(f"run failed: {exc}") from None
+        per_target = max(1000, self.output_chars // max(1, len(labels)))
+        blocks = []
+        for label, tid in ids.items():
+            r = results[tid]
+            status = "TIMED OUT" if r.timed_out else f"exit {r.exit_code}"
+            body = f"stdout:\n{cap_text(r.stdout, per_target // 2)}\nstderr:\n{cap_text(r.stderr, per_target // 2)}"
+            blocks.append(
+                f"== {label}: {status}, {r.seconds:.1f}s"
+                + (" (output truncated)" if r.truncated else "")
+                + "\n"
+                + wrap(body)
+            )
+        return "\n".join(blocks)
+
+    def _open_sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            if self._sandbox_error is not None or self._sandbox_opener is None:
+                raise ToolError(f"run is unavailable: {self._sandbox_error or 'no sandbox configured'}")
+            try:
+                self._sandbox = self._sandbox_opener()
+            except Exception as exc:  # any backend failure leaves the other tools working
+                self._sandbox_error = f"{type(exc).__name__}: {exc}"
+                raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
+        return self._sandbox
+
+
+def injections_by_trajectory(workspace: Workspace) -> dict[str, list[str]]:
+    """Injection attempts found in each passing trajectory's diff."""
+    found = {}
+    for tid in workspace.gradable():
+        hits = find_injections(workspace.diff(tid))
+        if hits:
+            found[tid] = hits
+    return found
+
+
+__all__ = [
+    "Candidates",
+    "Submission",
+    "ToolError",
+    "Toolbox",
+    "assign_labels",
+    "cap_text",
+    "find_injections",
+    "injections_by_trajectory",
+    "parse_arguments",
+    "wrap",
+]

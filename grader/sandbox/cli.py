@@ -1,0 +1,143 @@
+"""`gagar sandbox exec|cleanup` and `gagar images build`: argument parsing over the sandbox API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add the `sandbox` and `images` commands to the top-level parser's subparsers."""
+    sandbox = subparsers.add_parser("sandbox", help="run a command on a group's trees, isolated")
+    actions = sandbox.add_subparsers(dest="sandbox_command", required=True)
+
+    run = actions.add_parser(
+        "exec",
+        help="run COMMAND on TARGET (base or a trajectory id) of a group; prints the result as JSON",
+        description="Example: gagar sandbox exec group.json base -- python -m pytest -q",
+    )
+    run.add_argument("group_file", type=Path)
+    run.add_argument("target", help='"base" or a trajectory id')
+    _add_exec_options(run)
+    # argparse cannot take options between positionals and a `--` list: take the rest raw, split it ourselves.
+    run.add_argument(
+        "rest", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND...",
+        help="one word is a shell command line (run by sh -c), several are an argv",
+    )  # fmt: skip
+    run.set_defaults(func=_cmd_exec)
+
+    cleanup = actions.add_parser(
+        "cleanup", help="remove sandbox containers and temp dirs left by dead graders"
+    )
+    cleanup.add_argument("--all", action="store_true", help="remove every sandbox's, running graders' too")
+    cleanup.set_defaults(func=_cmd_cleanup)
+
+    images = subparsers.add_parser("images", help="sandbox images")
+    image_actions = images.add_subparsers(dest="images_command", required=True)
+    build = image_actions.add_parser(
+        "build", help="build gagar/python and gagar/minimal (offline if need be)"
+    )
+    build.add_argument(
+        "--offline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="never pull (--offline), or never fall back to debootstrap (--no-offline); default: both",
+    )
+    build.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    build.set_defaults(func=_cmd_images_build)
+
+
+def _add_exec_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--group", help="the group's id when the file holds several")
+    parser.add_argument("--backend", choices=["docker", "local"], default="docker")
+    parser.add_argument("--isolation", help="local backend: auto (default), bubblewrap, namespaces or none")
+    parser.add_argument("--image", help="docker image (default: the task's own, else gagar/python)")
+    parser.add_argument("--timeout", type=float, help="seconds (default: Limits.timeout)")
+
+
+def _split_rest(args: argparse.Namespace) -> list[str]:
+    """Parse options found after TARGET into `args`; the command's argv."""
+    rest = list(args.rest)
+    if "--" not in rest:
+        return rest
+    cut = rest.index("--")
+    options, argv = rest[:cut], rest[cut + 1 :]
+    if options:
+        late = argparse.ArgumentParser(prog="gagar sandbox exec", add_help=False)
+        _add_exec_options(late)
+        parsed = late.parse_args(options)
+        for name, value in vars(parsed).items():
+            if value != late.get_default(name):
+                setattr(args, name, value)
+    return argv
+
+
+def _cmd_exec(args: argparse.Namespace) -> int:
+    from grader.formats import load_group_file
+    from grader.sandbox import SandboxError, open_sandbox
+    from grader.sandbox.base import Limits
+    from grader.workspace import open_workspace
+
+    argv = _split_rest(args)
+    if not argv:
+        raise ValueError("no command given: sandbox exec GROUP_FILE TARGET -- COMMAND...")
+    groups = load_group_file(args.group_file)
+    if args.group is not None:
+        groups = [g for g in groups if g.group_id == args.group]
+        if not groups:
+            raise ValueError(f"{args.group_file} has no group {args.group!r}")
+    if len(groups) != 1:
+        ids = ", ".join(g.group_id for g in groups)
+        raise ValueError(f"{args.group_file} holds {len(groups)} groups ({ids}); pick one with --group")
+    group = groups[0]
+    limits = Limits(timeout=args.timeout) if args.timeout else Limits()
+    image = args.image or (group.task.image if args.backend == "docker" else None)
+    try:
+        with open_workspace(group) as ws:
+            if args.target not in ws.targets():
+                raise ValueError(f"no target {args.target!r}; the group has {', '.join(ws.targets())}")
+            with open_sandbox(
+                ws,
+                backend=args.backend,
+                image=image,
+                setup=group.task.setup,
+                test_command=group.task.test_command,
+                limits=limits,
+                isolation=args.isolation,
+            ) as sandbox:
+                result = sandbox.exec(args.target, argv if len(argv) > 1 else argv[0])
+    except SandboxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    print(json.dumps(result.to_dict(), indent=2))
+    return 0
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from grader.sandbox.leftovers import cleanup_leftovers
+
+    removed = cleanup_leftovers(everything=args.all)
+    for name in removed:
+        print(name)
+    print(f"removed {len(removed)}", file=sys.stderr)
+    return 0
+
+
+def _cmd_images_build(args: argparse.Namespace) -> int:
+    import logging
+
+    from grader.sandbox.images import ImageBuildError, build_images
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        built = build_images(offline=args.offline, force=args.force)
+    except ImageBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    for image in built:
+        state = f"built in {image.seconds:.0f} s" if image.built else "up to date"
+        print(f"{image.tag} {image.content_hash} {state}")
+    return 0

@@ -1,0 +1,161 @@
+"""A scripted OpenAI-compatible chat-completions server on loopback, for tests and benchmarks.
+
+Real HTTP, so the real `openai` client is exercised end to end: a *policy* (a function of the request body and
+the request's number) decides each reply: a completion with tool calls or text, an HTTP error, or a delay.
+
+    with ScriptedServer(lambda request, n: tool_calls(("list_candidates", {}))) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="x")
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import count
+from typing import Any
+
+Policy = Callable[[dict[str, Any], int], "Reply"]
+
+
+@dataclass
+class Reply:
+    """What the server answers: `body` as JSON with `status`, after `delay` seconds."""
+
+    body: dict[str, Any]
+    status: int = 200
+    delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+_ids = count(1)
+
+
+def _completion(message: dict[str, Any], finish_reason: str, usage: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{next(_ids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+    }
+
+
+def tool_calls(
+    *calls: tuple[str, dict[str, Any] | str],
+    usage: tuple[int, int] = (100, 20),
+    delay: float = 0.0,
+    content: str | None = None,
+) -> Reply:
+    """A reply calling tools; arguments given as a string are sent as is (to send malformed JSON)."""
+    message = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {
+                "id": f"call_{next(_ids)}",
+                "type": "function",
+                "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)},
+            }
+            for name, args in calls
+        ],
+    }
+    return Reply(_completion(message, "tool_calls", usage), delay=delay)
+
+
+def text(content: str, usage: tuple[int, int] = (100, 20), delay: float = 0.0) -> Reply:
+    """A plain assistant message."""
+    return Reply(_completion({"role": "assistant", "content": content}, "stop", usage), delay=delay)
+
+
+def error(status: int, message: str = "scripted error", delay: float = 0.0) -> Reply:
+    """An HTTP error in the OpenAI error format."""
+    return Reply(
+        {"error": {"message": message, "type": "scripted", "code": status}}, status=status, delay=delay
+    )
+
+
+def labels_in(request: dict[str, Any], prefix: str = "C") -> list[str]:
+    """The candidate labels named in the conversation's opening user message, in order."""
+    for message in request.get("messages", []):
+        if message.get("role") == "user":
+            line = re.search(r"Candidates \(labels[^)]*\):\s*(.*)", message.get("content") or "")
+            if line:
+                return re.findall(rf"\b{prefix}-[a-z0-9]{{4}}\b", line.group(1))
+    return []
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    """The contents of the tool messages in the conversation so far."""
+    return [m.get("content") or "" for m in request.get("messages", []) if m.get("role") == "tool"]
+
+
+class ScriptedServer:
+    """Serves POST /v1/chat/completions from a policy. Records every request body in `requests`."""
+
+    def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.policy = policy
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    number = len(server.requests)
+                    server.requests.append(body)
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    reply = error(404, f"no route {self.path}")
+                else:
+                    try:
+                        reply = server.policy(body, number)
+                    except Exception as exc:  # a broken script shows up as a 500 the test can see
+                        reply = error(500, f"policy raised {type(exc).__name__}: {exc}")
+                if reply.delay:
+                    time.sleep(reply.delay)
+                payload = json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    for key, value in reply.headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (its timeout): nothing to answer
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="scripted-llm", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> ScriptedServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,245 @@
+"""The Docker backend against the real engine: escapes, limits, separation of trees, and cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest_sandbox import make_repo, spawn_grader
+
+from grader.sandbox import Limits, SandboxError, open_sandbox
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _engine_reason() -> str | None:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means: no engine to test against
+        return f"no Docker engine reachable: {exc}"
+    return None
+
+
+_REASON = _engine_reason()
+if _REASON:
+    pytestmark = [pytest.mark.docker, pytest.mark.skip(reason=_REASON)]
+
+
+@pytest.fixture(scope="session")
+def images() -> None:
+    from grader.sandbox.images import build_images
+
+    build_images()  # slow the first time (debootstrap), a no-op afterwards
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory):
+    return make_repo(tmp_path_factory.mktemp("docker-repo"))
+
+
+LIMITS = Limits(memory_bytes=256 * 1024**2, pids=64, timeout=20, kill_after=1, output_bytes=256 * 1024)
+
+
+@pytest.fixture(scope="module")
+def sandbox(images, trees):
+    with open_sandbox(trees, limits=LIMITS, test_command="python3 -m pytest -q -p no:cacheprovider") as sb:
+        yield sb
+
+
+def _our_containers() -> list[str]:
+    import docker
+
+    client = docker.from_env()
+    found = client.containers.list(
+        all=True, filters={"label": ["gagar.sandbox=1", f"gagar.pid={os.getpid()}"]}
+    )
+    return [c.name for c in found]
+
+
+def test_runs_as_non_root_in_docker_isolation(sandbox) -> None:
+    result = sandbox.exec("A", "id -u; pwd; ls")
+    uid, cwd, *files = result.stdout.split()
+    assert result.ok and result.isolation == "docker"
+    assert int(uid) != 0 and cwd.startswith("/scratch/")
+    assert "a_only.txt" in files and "b_only.txt" not in files
+
+
+def test_network_call_fails(sandbox) -> None:
+    probe = "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n"
+    probe += "except OSError as e:\n    print('blocked', e)\nelse:\n    print('connected')\n"
+    result = sandbox.exec("base", ["python3", "-c", probe])
+    assert "blocked" in result.stdout, result
+    interfaces = sandbox.exec("base", "ls /sys/class/net").stdout.split()
+    assert interfaces == ["lo"]
+
+
+def test_fork_bomb_is_contained(sandbox) -> None:
+    started = time.monotonic()
+    result = sandbox.exec("A", "bomb() { bomb | bomb & }; bomb; sleep 3", timeout=5)
+    assert time.monotonic() - started < 15
+    assert result.exit_code in (0, 2, 124, 137) or result.timed_out
+    after = sandbox.exec("A", "ls /proc | grep -c '^[0-9]'", timeout=5)
+    assert after.ok and int(after.stdout) < 10, after  # the bomb's processes are all gone
+
+
+def test_memory_hog_is_killed_and_reported(sandbox) -> None:
+    result = sandbox.exec("A", ["python3", "-c", "x = bytearray(1024**3); print(len(x))"], timeout=20)
+    assert result.exit_code == 137 and not result.timed_out, result
+    assert "memory limit" in result.stderr
+
+
+def test_endless_loop_stops_at_the_timeout(sandbox) -> None:
+    result = sandbox.exec("A", "while :; do :; done", timeout=2)
+    assert result.timed_out and result.exit_code in (124, 137)
+    assert 2 <= result.seconds < 2 + LIMITS.kill_after + 2
+
+
+def test_huge_output_is_cut_and_reported(sandbox) -> None:
+    result = sandbox.exec("A", "head -c 50000000 /dev/zero | tr '\\0' x; echo END", timeout=30)
+    assert result.ok and result.truncated
+    assert "bytes cut ...]" in result.stdout and result.stdout.rstrip().endswith("END")
+    assert len(result.stdout) < LIMITS.output_bytes + 200
+    cut = int(result.stdout.split("[... ")[1].split(" bytes")[0].replace(",", ""))
+    assert cut == 50_000_004 - LIMITS.output_bytes
+
+
+def test_writes_outside_scratch_fail(sandbox) -> None:
+    places = [
+        "/gagar",
+        "/etc/gagar",
+        "/usr/lib/gagar",
+        "/pristine/gagar",
+        "/home/sandbox/gagar",
+    ]
+    script = "; ".join(f"(echo x > {p}) 2>/dev/null && echo WROTE {p}" for p in places)
+    result = sandbox.exec("A", script + "; true")
+    assert "WROTE" not in result.stdout, result.stdout
+
+
+def test_host_files_are_invisible(sandbox) -> None:
+    marker = Path("/tmp") / f"gagar-marker-{uuid.uuid4().hex}"
+    marker.write_text("host secret")
+    try:
+        result = sandbox.exec("A", f"cat {marker} || echo MISSING; ls /tmp")
+        assert "host secret" not in result.stdout and "MISSING" in result.stdout
+        assert ROOT.name not in sandbox.exec("A", "ls / /home").stdout
+    finally:
+        marker.unlink()
+
+
+def test_candidates_do_not_see_each_other(sandbox) -> None:
+    a = sandbox.exec("A", "cat a.txt; ls /pristine /scratch 2>&1; find / -name b_only.txt 2>/dev/null; true")
+    assert "b_only.txt" not in a.stdout and a.stdout.startswith("base\n")
+    results = sandbox.exec_many(["B", "A", "base"], "cat a.txt; ls *_only.txt 2>/dev/null; true")
+    assert list(results) == ["B", "A", "base"]
+    assert results["B"].stdout == "changed by B\nb_only.txt\n"
+    assert results["A"].stdout == "base\na_only.txt\n"
+    assert results["base"].stdout == "base\n"
+
+
+def test_every_exec_starts_pristine(sandbox) -> None:
+    first = sandbox.exec(
+        "A",
+        "echo new > new.txt; echo more >> a.txt; echo leak > /tmp/leak-$(id -u); echo leak > /scratch/leak; "
+        "setsid sh -c 'sleep 1; echo late > a.txt' >/dev/null 2>&1 & echo started",
+    )
+    assert first.ok and "started" in first.stdout
+    time.sleep(1.5)
+    second = sandbox.exec("A", "ls; cat a.txt; ls /tmp /scratch/leak 2>&1")
+    assert "new.txt" not in second.stdout and "leak-" not in second.stdout
+    assert "No such file" in second.stdout
+    assert "base\n" in second.stdout and "late" not in second.stdout and "more" not in second.stdout
+
+
+def test_run_tests_and_setup(images, trees) -> None:
+    with open_sandbox(
+        trees, setup="echo built > built.txt", test_command="python3 -m pytest -q -p no:cacheprovider"
+    ) as sb:
+        assert sb.run_tests("base").ok
+        seen = sb.exec_many(["A", "B"], "cat built.txt; echo x > built.txt")
+        assert all(r.stdout == "built\n" for r in seen.values())
+        assert sb.exec("A", "cat built.txt").stdout == "built\n"  # setup result stays pristine
+        assert set(sb.setup_results) == {"base", "A", "B"} and all(r.ok for r in sb.setup_results.values())
+
+
+def test_task_image_is_used_as_is(images, trees) -> None:
+    with open_sandbox(trees, image="gagar/minimal:latest") as sb:
+        result = sb.exec("A", "command -v python3 || echo no-python; cat a_only.txt")
+        assert result.stdout == "no-python\nA\n"
+
+
+def test_closed_sandbox_refuses(images, trees) -> None:
+    sb = open_sandbox(trees)
+    sb.close()
+    with pytest.raises(SandboxError):
+        sb.exec("A", "true")
+    with open_sandbox(trees) as other, pytest.raises(SandboxError, match="unknown target"):
+        other.exec("nope", "true")
+
+
+def test_host_watchdog_kills_what_outlives_its_timeout(images, trees, monkeypatch) -> None:
+    import grader.sandbox.docker as backend
+
+    # A wrapper without the in-container `timeout`: only the host watchdog can stop the command.
+    monkeypatch.setattr(backend, "_WRAPPER", 'cd /tmp && exec "$@"')
+    limits = Limits(timeout=1, kill_after=0.5, watchdog_grace=0.5)
+    with open_sandbox(trees, limits=limits) as sb:
+        result = sb.exec("A", ["sleep", "60"])
+        assert result.timed_out and result.exit_code == -9 and result.seconds < 10
+        assert sb.exec("A", ["true"]).ok
+
+
+def test_nothing_left_after_100_runs(images, trees) -> None:
+    before = _our_containers()
+    with open_sandbox(trees) as sb:
+        for i in range(100):
+            assert sb.exec("AB"[i % 2], ["true"]).ok
+        leftover = sb._container.exec_run(["sh", "-c", "ls -A /scratch /tmp"], user="0:0")
+        assert leftover.output.decode().split() == ["/scratch:", "/tmp:"]
+    assert _our_containers() == before
+
+
+def test_nothing_left_after_an_exception(images, trees) -> None:
+    before = _our_containers()
+    with pytest.raises(RuntimeError, match="grading failed"), open_sandbox(trees) as sb:
+        sb.exec("A", "true")
+        raise RuntimeError("grading failed")
+    assert _our_containers() == before
+
+
+def _exists(container_id: str) -> bool:
+    import docker
+    import docker.errors
+
+    try:
+        docker.from_env().containers.get(container_id)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+def test_sigkill_leaves_a_container_that_cleanup_removes(images, tmp_path) -> None:
+    from grader.sandbox.leftovers import cleanup_leftovers
+
+    proc, container_id = spawn_grader(tmp_path, "docker")
+    proc.kill()
+    proc.wait()
+    assert _exists(container_id)
+    removed = cleanup_leftovers()
+    assert removed
+    assert not _exists(container_id)
+
+
+def test_sigterm_cleans_up_by_itself(images, tmp_path) -> None:
+    proc, container_id = spawn_grader(tmp_path, "docker")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    assert not _exists(container_id)

@@ -1,0 +1,156 @@
+"""The local backend: the same escapes as Docker where its isolation applies, refusal where none is had."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest_sandbox import make_repo, spawn_grader
+
+from grader.sandbox import Limits, SandboxUnavailable, open_sandbox
+from grader.sandbox import local as local_backend
+
+LEVELS = [level for level in ("bubblewrap", "namespaces") if local_backend.available(level) is None]
+LIMITS = Limits(memory_bytes=512 * 1024**2, pids=64, timeout=20, kill_after=1, output_bytes=256 * 1024)
+
+needs_isolation = pytest.mark.skipif(not LEVELS, reason="neither bubblewrap nor unshare works here")
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory):
+    return make_repo(tmp_path_factory.mktemp("local-repo"))
+
+
+@pytest.fixture(scope="module", params=LEVELS or ["unavailable"])
+def sandbox(request, trees):
+    if request.param == "unavailable":
+        pytest.skip("neither bubblewrap nor unshare works here")
+    with open_sandbox(trees, backend="local", isolation=request.param, limits=LIMITS) as sb:
+        yield sb
+
+
+def _our_dirs() -> list[str]:
+    return sorted(
+        str(p) for p in Path(tempfile.gettempdir()).glob(f"{local_backend.DIR_PREFIX}{os.getpid()}-*")
+    )
+
+
+def test_isolation_is_reported(sandbox) -> None:
+    result = sandbox.exec("A", "ls")
+    assert result.ok and result.isolation == sandbox.isolation in LEVELS
+    assert result.stdout.split() == ["a.txt", "a_only.txt", "pkg", "tests"]
+
+
+def test_network_call_fails(sandbox) -> None:
+    probe = "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n"
+    probe += "except OSError as e:\n    print('blocked', e)\nelse:\n    print('connected')\n"
+    assert "blocked" in sandbox.exec("base", ["python3", "-c", probe]).stdout
+
+
+def test_fork_bomb_is_contained(sandbox) -> None:
+    started = time.monotonic()
+    result = sandbox.exec("A", "bomb() { bomb | bomb & }; bomb; sleep 3", timeout=5)
+    assert time.monotonic() - started < 15, result
+    assert sandbox.exec("A", "true", timeout=5).ok
+
+
+def test_memory_hog_fails(sandbox) -> None:
+    result = sandbox.exec("A", ["python3", "-c", "x = bytearray(2 * 1024**3); print(len(x))"])
+    assert result.exit_code != 0 and "MemoryError" in result.stderr
+
+
+def test_endless_loop_stops_at_the_timeout(sandbox) -> None:
+    result = sandbox.exec("A", "while :; do :; done", timeout=2)
+    assert result.timed_out and result.exit_code in (124, 137)
+    assert 2 <= result.seconds < 2 + LIMITS.kill_after + 2
+
+
+def test_huge_output_is_cut_and_reported(sandbox) -> None:
+    result = sandbox.exec("A", "head -c 50000000 /dev/zero | tr '\\0' x; echo END", timeout=30)
+    assert result.ok and result.truncated and "bytes cut ...]" in result.stdout
+    assert result.stdout.rstrip().endswith("END") and len(result.stdout) < LIMITS.output_bytes + 200
+
+
+def test_host_environment_does_not_leak(sandbox, monkeypatch) -> None:
+    monkeypatch.setenv("GAGAR_SECRET_TOKEN", "s3cret")
+    result = sandbox.exec("A", "env", env={"MINE": "1"})
+    assert "s3cret" not in result.stdout and "MINE=1" in result.stdout
+
+
+def test_candidates_do_not_see_each_other_and_start_pristine(sandbox) -> None:
+    results = sandbox.exec_many(["B", "A"], "cat a.txt; ls *_only.txt; echo more >> a.txt; echo x > new.txt")
+    assert list(results) == ["B", "A"]
+    assert results["B"].stdout == "changed by B\nb_only.txt\n" and results["A"].stdout == "base\na_only.txt\n"
+    again = sandbox.exec("A", "cat a.txt; ls")
+    assert again.stdout == "base\na.txt\na_only.txt\npkg\ntests\n"
+
+
+@pytest.mark.skipif("bubblewrap" not in LEVELS, reason="bubblewrap does not work here")
+def test_bubblewrap_hides_host_files_and_blocks_writes(trees) -> None:
+    marker = Path("/tmp") / f"gagar-marker-{uuid.uuid4().hex}"
+    marker.write_text("host secret")
+    try:
+        with open_sandbox(trees, backend="local", isolation="bubblewrap", limits=LIMITS) as sb:
+            seen = sb.exec("A", f"cat {marker} || echo MISSING")
+            assert "host secret" not in seen.stdout and "MISSING" in seen.stdout
+            places = ["/gagar", "/etc/gagar", "/usr/gagar", str(Path.home() / "gagar"), str(trees.repo / "x")]
+            script = "; ".join(f"(echo x > {p}) 2>/dev/null && echo WROTE {p}" for p in places)
+            assert "WROTE" not in sb.exec("A", script + "; true").stdout
+    finally:
+        marker.unlink()
+
+
+def test_unavailable_isolation_is_refused(trees, monkeypatch) -> None:
+    with pytest.raises(SandboxUnavailable, match="unknown isolation"):
+        open_sandbox(trees, backend="local", isolation="chroot")
+    monkeypatch.setattr(local_backend, "available", lambda level: None if level == "none" else "missing")
+    with pytest.raises(SandboxUnavailable, match="isolation='none'"):
+        open_sandbox(trees, backend="local")
+    with pytest.raises(SandboxUnavailable, match="not available"):
+        open_sandbox(trees, backend="local", isolation="namespaces")
+    with open_sandbox(trees, backend="local", isolation="none") as sb:
+        result = sb.exec("A", "cat a_only.txt")
+        assert result.stdout == "A\n" and result.isolation == "none"
+
+
+@needs_isolation
+def test_setup_runs_once_per_target(trees) -> None:
+    with open_sandbox(trees, backend="local", setup="echo built >> built.txt", limits=LIMITS) as sb:
+        for _ in range(2):
+            assert sb.exec("A", "cat built.txt").stdout == "built\n"
+        assert set(sb.setup_results) == {"A"}
+
+
+@needs_isolation
+def test_nothing_left_after_100_runs_and_after_an_exception(trees) -> None:
+    before = _our_dirs()
+    with open_sandbox(trees, backend="local", isolation=LEVELS[-1], limits=LIMITS) as sb:
+        for i in range(100):
+            assert sb.exec("AB"[i % 2], ["true"]).ok
+        assert not any(sb._root.iterdir())
+    with pytest.raises(RuntimeError), open_sandbox(trees, backend="local", limits=LIMITS) as sb:
+        sb.exec("A", "true")
+        raise RuntimeError("grading failed")
+    assert _our_dirs() == before
+
+
+@needs_isolation
+def test_sigkill_leftovers_are_cleaned_and_sigterm_cleans_itself(tmp_path) -> None:
+    from grader.sandbox.leftovers import cleanup_leftovers
+
+    proc, root = spawn_grader(tmp_path / "k", "local")
+    proc.kill()
+    proc.wait()
+    assert Path(root).exists()
+    assert root in cleanup_leftovers(docker_too=False)
+    assert not Path(root).exists()
+
+    proc, root = spawn_grader(tmp_path / "t", "local")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    assert not Path(root).exists()
