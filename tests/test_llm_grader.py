@@ -1,4 +1,4 @@
-"""The agentic grader against a scripted OpenAI-compatible server on loopback (real HTTP, real openai client)."""
+"""The agentic grader against a scripted OpenAI-compatible server on loopback (real HTTP and client)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def submit(order: list[list[str]], confidence: float = 0.8) -> Reply:
 
 
 def inspector(request: dict[str, Any], n: int) -> Reply:
-    """Lists, diffs every candidate in parallel, reads and searches, then ranks by diff size (smallest first)."""
+    """Lists, diffs every candidate in parallel, reads and searches, then ranks by diff size."""
     labels = labels_in(request)
     step = turn(request)
     if step == 0:

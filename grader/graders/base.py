@@ -44,7 +44,7 @@ GRADERS = ("heuristic", "llm")
 
 
 def get_grader(name: str, **options: Any) -> Grader:
-    """A grader by name: `heuristic` (the default, no LLM) or `llm` (options as `LLMConfig`; `model` needed)."""
+    """A grader by name: `heuristic` (the default, no LLM) or `llm` (options as in `LLMConfig`)."""
     if name == "heuristic":
         from grader.graders.heuristic import HeuristicGrader
 

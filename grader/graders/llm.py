@@ -1,4 +1,4 @@
-"""The agentic grader: an LLM on any OpenAI-compatible endpoint inspects the candidates with tools and ranks them.
+"""The agentic grader: an LLM on an OpenAI-compatible endpoint inspects the candidates with tools, then ranks.
 
 The loop is small on purpose: ask the model, run the tool calls it makes, feed the results back, until it
 submits a valid ranking or a budget runs out. It knows tools only through `Toolbox.schemas()` and

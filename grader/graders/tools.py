@@ -308,7 +308,8 @@ class Toolbox:
         for label, tid in ids.items():
             r = results[tid]
             status = "TIMED OUT" if r.timed_out else f"exit {r.exit_code}"
-            body = f"stdout:\n{cap_text(r.stdout, per_target // 2)}\nstderr:\n{cap_text(r.stderr, per_target // 2)}"
+            half = per_target // 2
+            body = f"stdout:\n{cap_text(r.stdout, half)}\nstderr:\n{cap_text(r.stderr, half)}"
             blocks.append(
                 f"== {label}: {status}, {r.seconds:.1f}s"
                 + (" (output truncated)" if r.truncated else "")
