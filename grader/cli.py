@@ -12,12 +12,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import redistribute
+from grader.cache import GradeCache
+from grader.concurrency import Concurrency
 from grader.formats import LoadError, import_swebench, load_groups, write_groups
 from grader.graders import get_grader
 from grader.graders.base import GRADERS
 from grader.graders.llm import Budgets
 from grader.models import GroupResult
-from grader.pipeline import GradingOptions, grade_groups, write_results
+from grader.pipeline import GradingOptions, grade_indexed, write_results
 from grader.workspace import WorkspaceError, open_workspace
 
 DETAIL_LIMIT = 5  # groups printed in full after a run; larger batches get the summary only
@@ -65,7 +67,7 @@ def _print_group(console: Console, result: GroupResult) -> None:
     for tid in order:
         report = result.trajectories.get(tid)
         if report and (report.rationale or report.error):
-            console.print(f"  {tid}: {report.rationale or report.error}", highlight=False)
+            console.print(f"  {tid}: {report.rationale or report.error}", highlight=False, soft_wrap=True)
 
 
 def _grader_options(args: argparse.Namespace) -> dict[str, object]:
@@ -90,17 +92,26 @@ def _grader_options(args: argparse.Namespace) -> dict[str, object]:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    console = Console(stderr=False)
+    console = Console()
     items = load_groups(args.inputs, pass_threshold=args.pass_threshold)
-    grader = get_grader(args.grader, **_grader_options(args))
+    concurrency = Concurrency(llm_calls=args.max_llm_calls, sandboxes=args.max_sandboxes)
     options = GradingOptions(
         grade_all_pass=args.grade_all_pass,
         scheme=args.scheme,
         scheme_params=_scheme_params(args),
         preserve=args.preserve,
         max_patch_bytes=args.max_patch_bytes,
+        concurrency=concurrency,
+        cache=GradeCache(args.cache) if args.cache else None,
     )
-    results: list[GroupResult] = []
+    grader_options = _grader_options(args)
+    if args.grader == "llm":
+        grader_options["concurrency"] = concurrency
+    grader = get_grader(args.grader, **grader_options)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # The run directory keeps the graded groups too, so viewers can show patches without the inputs.
+    write_groups([item for item in items if not isinstance(item, LoadError)], args.out / "groups.jsonl")
+    results: dict[int, GroupResult] = {}  # written in input order, whatever order they finish in
     with Progress(
         TextColumn("grading"),
         BarColumn(),
@@ -112,23 +123,41 @@ def cmd_grade(args: argparse.Namespace) -> int:
         disable=len(items) < 2,
     ) as progress:
         task = progress.add_task("grade", total=len(items), last="")
-        for result in grade_groups(items, grader, options):
-            results.append(result)
+        for index, result in _stream(items, grader, options, args):
+            results[index] = result
             progress.update(task, advance=1, last=f"{result.group_id}: {result.status}")
-    path = write_results(results, args.out)
-    counts = {status: sum(r.status == status for r in results) for status in ("graded", "skipped", "failed")}
-    if len(results) <= DETAIL_LIMIT:
-        for result in results:
+    ordered = [results[i] for i in sorted(results)]
+    path = write_results(ordered, args.out)
+    counts = {status: sum(r.status == status for r in ordered) for status in ("graded", "skipped", "failed")}
+    if len(ordered) <= DETAIL_LIMIT:
+        for result in ordered:
             _print_group(console, result)
     else:
-        for result in results:
+        for result in ordered:
             if result.status == "failed":
-                console.print(f"[red]failed[/] {result.group_id}: {result.reason}")
+                console.print(f"[red]failed[/] {result.group_id}: {result.reason}", highlight=False)
     console.print(
-        f"{len(results)} groups: {counts['graded']} graded, {counts['skipped']} skipped, "
+        f"{len(ordered)} groups: {counts['graded']} graded, {counts['skipped']} skipped, "
         f"{counts['failed']} failed -> {path}"
     )
     return 1 if counts["failed"] else 0
+
+
+def _stream(items: list, grader, options: GradingOptions, args: argparse.Namespace):
+    """(input index, result) pairs as groups finish, in-process or through Ray."""
+    if args.ray is not None:
+        from grader.integrations.ray import RayGrader
+
+        ray_grader = RayGrader(
+            grader_name=args.grader,
+            grader_options=_grader_options(args),
+            options=options,
+            address=args.ray or None,
+            actors=args.workers,
+        )
+        yield from ray_grader.grade_indexed(items)
+        return
+    yield from grade_indexed(items, grader, options, workers=args.workers)
 
 
 def cmd_workspace(args: argparse.Namespace) -> int:
@@ -196,6 +225,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--pass-threshold", type=float, default=1.0, help="reward at which a trajectory passes"
     )
     grade.add_argument("--max-patch-bytes", type=int, default=GradingOptions.max_patch_bytes)
+    grade.add_argument("--workers", type=int, default=4, help="groups graded at once (default 4)")
+    grade.add_argument("--max-llm-calls", type=int, default=32, help="LLM requests in flight at once")
+    grade.add_argument("--max-sandboxes", type=int, default=4, help="sandboxes open at once")
+    grade.add_argument(
+        "--cache", type=Path, help="grade cache folder: groups graded before are not graded again"
+    )
+    grade.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="grade on a Ray cluster (a local one when no address is given)",
+    )
     llm = grade.add_argument_group("llm grader")
     llm.add_argument("--model", help="model name as the endpoint knows it")
     llm.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")

@@ -6,10 +6,12 @@ its advantages unchanged and the reason recorded, so a batch (or a training step
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from grader import patches, redistribute
+from grader.cache import GradeCache, group_key
+from grader.concurrency import Concurrency
 from grader.formats import LoadError
 from grader.graders.base import Grader, GradingFailed
 from grader.mirrors import MirrorCache
@@ -39,6 +43,8 @@ class GradingOptions:
     mirrors: MirrorCache | None = None
     workspace_root: Path | None = None
     keep_workspaces: bool = False
+    concurrency: Concurrency | None = None
+    cache: GradeCache | None = None
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -123,8 +129,10 @@ def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, 
             f"{c.trajectory_id}: {c.error}" for c in workspace.candidates.values() if c.passed
         )
         return
+    key = group_key(group, grader, gradable) if options.cache is not None else ""
+    cached = options.cache.get(key, group, gradable) if options.cache is not None else None
     try:
-        grade = grader.grade(workspace)
+        grade = cached if cached is not None else grader.grade(workspace)
         ranking = validate_ranking(grade.ranking, gradable)
     except InvalidRanking as exc:
         result.status, result.reason = "failed", f"invalid ranking from {grader.name}: {exc}"
@@ -133,6 +141,8 @@ def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, 
         result.status, result.reason = "failed", f"{grader.name} grader failed: {exc}"
         _record_details(result, exc.details)
         return
+    if options.cache is not None and cached is None:
+        options.cache.put(key, group, grade)
     _record_details(result, grade.details)
     for trajectory_id, report in result.trajectories.items():
         report.signals = grade.signals.get(trajectory_id, {})
@@ -171,18 +181,52 @@ def _record_details(result: GroupResult, details: dict[str, Any]) -> None:
     result.details = details
 
 
+def grade_indexed(
+    items: Iterable[Group | LoadError],
+    grader: Grader,
+    options: GradingOptions | None = None,
+    workers: int = 1,
+) -> Iterator[tuple[int, GroupResult]]:
+    """(input position, result) for each item, in completion order, with up to `workers` groups at once.
+
+    Workspace builds, LLM calls and sandboxes are bounded separately by `options.concurrency`. The grader
+    must be thread-safe when `workers` > 1 (the built-in ones are).
+    """
+    options = options or GradingOptions()
+    if workers <= 1:
+        for index, item in enumerate(items):
+            yield index, grade_group(item, grader, options)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gagar-grade") as pool:
+        futures = {pool.submit(grade_group, item, grader, options): i for i, item in enumerate(items)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()  # grade_group never raises for a group's own problems
+
+
 def grade_groups(
     items: Iterable[Group | LoadError],
     grader: Grader,
     options: GradingOptions | None = None,
+    workers: int = 1,
     on_result: Callable[[GroupResult], Any] | None = None,
-) -> Iterator[GroupResult]:
-    """Grade groups one after another, yielding each result as it is ready."""
-    for item in items:
-        result = grade_group(item, grader, options)
+) -> list[GroupResult]:
+    """Grade every item, up to `workers` at once, and return the results in input order.
+
+    `on_result` is called with each result as soon as it is ready (completion order), e.g. to stream them.
+    """
+    results: dict[int, GroupResult] = {}
+    for index, result in grade_indexed(items, grader, options, workers):
+        results[index] = result
         if on_result is not None:
             on_result(result)
-        yield result
+    return [results[i] for i in sorted(results)]
+
+
+async def grade_group_async(
+    item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
+) -> GroupResult:
+    """`grade_group` for asyncio code: runs in a worker thread, never blocks the event loop."""
+    return await asyncio.to_thread(grade_group, item, grader, options)
 
 
 def write_results(results: Iterable[GroupResult], out_dir: Path | str) -> Path:

@@ -13,9 +13,10 @@ import hashlib
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -385,10 +386,12 @@ def open_workspace(
     max_patch_bytes: int = patches.DEFAULT_MAX_PATCH_BYTES,
     max_fuzz: int = DEFAULT_MAX_FUZZ,
     workers: int = 4,
+    build_slots: threading.Semaphore | None = None,
 ) -> Iterator[Workspace]:
     """Build the workspace of a completed group (see `models.complete_group`) and remove it on exit.
 
     `root` is where it lives (a new temporary directory by default); with `keep` it stays for inspection.
+    `build_slots`, when given, is held while building, to bound concurrent builds across threads.
     Trajectory-level problems (a patch that is invalid or does not apply) are recorded on the trajectory's
     `Candidate.error`; group-level ones raise WorkspaceError naming the group and the cause.
     """
@@ -405,7 +408,8 @@ def open_workspace(
             raise WorkspaceError(f"group {group.group_id!r}: workspace directory {str(path)!r} is not empty")
     workspace = Workspace(group, path, mirror)
     try:
-        workspace.build(max_patch_bytes=max_patch_bytes, max_fuzz=max_fuzz, workers=workers)
+        with build_slots if build_slots is not None else nullcontext():
+            workspace.build(max_patch_bytes=max_patch_bytes, max_fuzz=max_fuzz, workers=workers)
         yield workspace
     finally:
         workspace.close()

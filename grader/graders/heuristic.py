@@ -84,6 +84,10 @@ class HeuristicGrader:
     """Ranks classes of passing candidates by penalty; see the module docstring for the signals."""
 
     name = "heuristic"
+    version = 1  # bump when a change alters rankings, so cached grades are not reused
+
+    def fingerprint(self) -> str:
+        return f"{self.name}:{self.version}"
 
     def grade(self, workspace: Workspace) -> Grade:
         candidates = [self._read(workspace, members[0]) for members in workspace.classes]

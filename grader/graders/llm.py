@@ -14,7 +14,8 @@ import os
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from grader.concurrency import Concurrency
 from grader.graders.base import Grade, GradingFailed
 from grader.graders.tools import (
     SUBMIT,
@@ -78,6 +80,7 @@ class LLMConfig:
     show_failing: bool = False
     seed: int | None = None
     transcript_dir: Path | None = None
+    concurrency: Concurrency | None = None
 
 
 @dataclass
@@ -367,7 +370,8 @@ class LLMGrader:
                 with attempt:
                     usage.requests += 1
                     timeout = max(0.1, min(budgets.request_timeout, deadline - time.monotonic()))
-                    response = self.client.chat.completions.create(timeout=timeout, **kwargs)
+                    with self.config.concurrency.llm if self.config.concurrency else nullcontext():
+                        response = self.client.chat.completions.create(timeout=timeout, **kwargs)
         except RETRYABLE as exc:
             raise GradingFailed(
                 f"endpoint failed after {usage.retries + 1} attempt(s): {type(exc).__name__}: {exc}"
@@ -392,6 +396,24 @@ class LLMGrader:
         return response
 
     # -- helpers -----------------------------------------------------------------------------------------
+
+    def fingerprint(self) -> str:
+        """What changes this grader's grades: model, prompts, tools mode, sampling, budgets, sandbox."""
+        c = self.config
+        prompts = hashlib.sha256(json.dumps(asdict(self.prompts), sort_keys=True).encode()).hexdigest()[:16]
+        parts = [
+            self.name,
+            c.model,
+            c.base_url or "",
+            c.tool_mode,
+            f"{c.temperature:g}",
+            prompts,
+            str(c.seed),
+            str(c.sandbox),
+            str(c.show_failing),
+            json.dumps(asdict(c.budgets), sort_keys=True),
+        ]
+        return "|".join(parts)
 
     def _seed(self, group_id: str) -> int:
         if self.config.seed is None:

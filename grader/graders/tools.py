@@ -11,6 +11,7 @@ import json
 import random
 import re
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,6 +177,7 @@ class Toolbox:
         sandbox_opener: Callable[[], Sandbox] | None = None,
         output_chars: int = DEFAULT_OUTPUT_CHARS,
         page_chars: int = DEFAULT_PAGE_CHARS,
+        sandbox_slots: threading.Semaphore | None = None,
     ) -> None:
         self.workspace = workspace
         self.candidates = candidates
@@ -185,6 +187,7 @@ class Toolbox:
         self.output_chars = output_chars
         self.page_chars = page_chars
         self._sandbox_opener = sandbox_opener
+        self._sandbox_slots = sandbox_slots
         self._sandbox: Sandbox | None = None
         self._sandbox_error: str | None = None
 
@@ -226,8 +229,12 @@ class Toolbox:
 
     def close(self) -> None:
         if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
+            try:
+                self._sandbox.close()
+            finally:
+                self._sandbox = None
+                if self._sandbox_slots is not None:
+                    self._sandbox_slots.release()
 
     # -- the tools ---------------------------------------------------------------------------------------
 
@@ -322,9 +329,13 @@ class Toolbox:
         if self._sandbox is None:
             if self._sandbox_error is not None or self._sandbox_opener is None:
                 raise ToolError(f"run is unavailable: {self._sandbox_error or 'no sandbox configured'}")
+            if self._sandbox_slots is not None:
+                self._sandbox_slots.acquire()
             try:
                 self._sandbox = self._sandbox_opener()
             except Exception as exc:  # any backend failure leaves the other tools working
+                if self._sandbox_slots is not None:
+                    self._sandbox_slots.release()
                 self._sandbox_error = f"{type(exc).__name__}: {exc}"
                 raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
         return self._sandbox

@@ -227,10 +227,10 @@ class LocalSandbox(Sandbox):
             timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, timeout, lim)  # type: ignore[dict-item]
         finally:
             _kill_group(proc.pid)
-            if uid is not None:
-                _kill_uid(uid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
+            if uid is not None:
+                _kill_uid(uid)
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
@@ -313,11 +313,13 @@ def _processes(uid: int) -> list[int]:
         try:
             with open(f"/proc/{entry.name}/status") as f:
                 for line in f:
+                    if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+                        break  # a zombie is already dead; its parent reaps it
                     if line.startswith("Uid:"):
                         if int(line.split()[1]) == uid:
                             found.append(int(entry.name))
                         break
-        except (OSError, ValueError):
+        except (OSError, ValueError, IndexError):
             continue
     return found
 

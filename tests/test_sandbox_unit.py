@@ -1,0 +1,88 @@
+"""Sandbox pieces that need no engine: output caps, limits, archive bundling, apt sources, CLI parsing."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import tarfile
+
+import pytest
+
+from grader.sandbox import Limits, SandboxError
+from grader.sandbox.images import _sources
+from grader.sandbox.output import CappedBuffer
+
+
+def test_capped_buffer_keeps_everything_under_the_cap() -> None:
+    buf = CappedBuffer(10)
+    for piece in (b"abc", b"defg", b"hij"):
+        buf.feed(piece)
+    assert buf.text() == "abcdefghij" and not buf.truncated
+
+
+def test_capped_buffer_keeps_head_and_tail_and_counts_the_cut() -> None:
+    buf = CappedBuffer(10)
+    for _ in range(1000):
+        buf.feed(b"0123456789")
+    buf.feed(b"END")
+    assert buf.truncated and buf.cut == 10_003 - 10
+    assert buf.text() == "01234\n[... 9,993 bytes cut ...]\n89END"
+
+
+def test_capped_buffer_decodes_with_replacement() -> None:
+    buf = CappedBuffer(100)
+    buf.feed("é".encode()[:1] + b"ok")
+    assert buf.text() == "\ufffdok"
+
+
+def test_limits_reject_nonsense() -> None:
+    with pytest.raises(ValueError):
+        Limits(memory_bytes=0)
+    with pytest.raises(ValueError):
+        Limits(timeout=-1)
+    assert Limits().timeout == 120.0
+
+
+def _tar(*members: tuple[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_bundle_prefixes_every_tree_and_refuses_escapes() -> None:
+    pytest.importorskip("docker")
+    from grader.sandbox.docker import _bundle
+
+    data, names = _bundle({"base": _tar(("a.txt", b"x")), "A": _tar(("d/b.txt", b"y"))})
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        listed = tar.getnames()
+    assert f"{names['base']}/a.txt" in listed and f"{names['A']}/d/b.txt" in listed
+    assert names["base"] != names["A"]
+    for bad in ("../evil", "/etc/passwd", "a/../../evil"):
+        with pytest.raises(SandboxError, match="unsafe"):
+            _bundle({"base": _tar((bad, b"x"))})
+
+
+def test_apt_sources_are_read_in_both_formats() -> None:
+    one_line = "deb [arch=amd64] http://mirror.example/debian bookworm main\n"
+    deb822 = "Types: deb\nURIs: http://deb.example/debian\nSuites: trixie trixie-updates\nComponents: main\n"
+    assert _sources(one_line) == [("http://mirror.example/debian", "bookworm")]
+    assert _sources(deb822) == [("http://deb.example/debian", "trixie")]
+
+
+def test_cli_takes_options_after_the_target() -> None:
+    from grader.sandbox.cli import _split_rest, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["sandbox", "exec", "g.json", "A", "--backend", "local", "--timeout", "3", "--", "ls", "-la"]
+    )
+    assert _split_rest(args) == ["ls", "-la"]
+    assert (args.backend, args.timeout, args.target) == ("local", 3.0, "A")
+    assert parser.parse_args(["images", "build", "--no-offline"]).offline is False
+    assert parser.parse_args(["sandbox", "cleanup", "--all"]).all is True
