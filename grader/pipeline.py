@@ -24,7 +24,7 @@ from grader.concurrency import Concurrency
 from grader.formats import LoadError
 from grader.graders.base import Grader, GradingFailed
 from grader.mirrors import MirrorCache
-from grader.models import Group, GroupResult, TrajectoryReport
+from grader.models import Group, GroupResult, Status, TrajectoryReport
 from grader.ranking import InvalidRanking, validate_ranking
 from grader.sampling import skip_reason
 from grader.workspace import DEFAULT_MAX_FUZZ, WorkspaceError, open_workspace
@@ -63,6 +63,23 @@ def _reports(group: Group) -> dict[str, TrajectoryReport]:
     return reports
 
 
+def passthrough(
+    item: Group | LoadError, grader_name: str, reason: str, status: Status = "failed"
+) -> GroupResult:
+    """A result that leaves every advantage as it was, with the reason (for groups not graded)."""
+    if isinstance(item, LoadError):
+        return GroupResult(group_id=item.group_id, status=status, reason=reason, grader=grader_name)
+    before = {t.id: _finite_or_none(t.advantage) for t in item.trajectories}
+    return GroupResult(
+        group_id=item.group_id,
+        status=status,
+        reason=reason,
+        grader=grader_name,
+        advantages_before=before,
+        advantages_after=dict(before),
+    )
+
+
 def grade_group(
     item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
 ) -> GroupResult:
@@ -70,21 +87,10 @@ def grade_group(
     options = options or GradingOptions()
     start = time.perf_counter()
     if isinstance(item, LoadError):
-        return GroupResult(
-            group_id=item.group_id,
-            status="failed",
-            reason=f"invalid group ({item.source}): {item.reason}",
-            grader=grader.name,
-        )
+        return passthrough(item, grader.name, f"invalid group ({item.source}): {item.reason}")
     group = item
     before = {t.id: _finite_or_none(t.advantage) for t in group.trajectories}
-    result = GroupResult(
-        group_id=group.group_id,
-        status="skipped",
-        grader=grader.name,
-        advantages_before=before,
-        advantages_after=dict(before),
-    )
+    result = passthrough(group, grader.name, "", status="skipped")
     reason = skip_reason(group, grade_all_pass=options.grade_all_pass)
     if reason is not None:
         result.reason = reason
@@ -99,6 +105,7 @@ def grade_group(
             mirrors=options.mirrors,
             max_patch_bytes=options.max_patch_bytes,
             max_fuzz=options.max_fuzz,
+            build_slots=options.concurrency.workspace if options.concurrency else None,
         ) as workspace:
             _grade_in(workspace, group, grader, options, result)
     except WorkspaceError as exc:

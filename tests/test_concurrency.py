@@ -46,8 +46,9 @@ class InFlight:
             self.peak = max(self.peak, self.now)
         try:
             labels = labels_in(request)
-            return tool_calls(("submit_ranking", {"ranking": [labels], "reasons": {}, "confidence": 1.0}),
-                              delay=self.delay)
+            return tool_calls(
+                ("submit_ranking", {"ranking": [labels], "reasons": {}, "confidence": 1.0}), delay=self.delay
+            )
         finally:
             threading.Timer(self.delay, self._done).start()
 
@@ -61,9 +62,16 @@ def test_llm_calls_are_bounded_separately() -> None:
         policy = InFlight(delay=0.3)
         concurrency = Concurrency(llm_calls=bound)
         with ScriptedServer(policy) as server:
-            grader = LLMGrader("scripted", base_url=server.url, sandbox=None, concurrency=concurrency,
-                               budgets=Budgets(retries=0))
-            results = grade_groups(example_copies(8), grader, GradingOptions(concurrency=concurrency), workers=8)
+            grader = LLMGrader(
+                "scripted",
+                base_url=server.url,
+                sandbox=None,
+                concurrency=concurrency,
+                budgets=Budgets(retries=0),
+            )
+            results = grade_groups(
+                example_copies(8), grader, GradingOptions(concurrency=concurrency), workers=8
+            )
         assert all(r.status == "graded" for r in results), [r.reason for r in results]
         assert expect(policy.peak), (bound, policy.peak)
 
@@ -91,8 +99,9 @@ def test_the_cache_skips_groups_graded_before(tmp_path: Path) -> None:
     assert Counting.calls == 1 and again.details.get("cached") is True
     assert (again.ranking, again.advantages_after) == (first.ranking, first.advantages_after)
     # The same patches under new ids at a later step: still a hit, mapped to the new ids.
-    renamed = group.model_copy(update={"trajectories": [t.model_copy(update={"id": f"step2-{t.id}"})
-                                                        for t in group.trajectories]})
+    renamed = group.model_copy(
+        update={"trajectories": [t.model_copy(update={"id": f"step2-{t.id}"}) for t in group.trajectories]}
+    )
     hit = grade_group(renamed, Counting(), options)
     assert Counting.calls == 1
     assert hit.ranking == [[f"step2-{t}" for t in tier] for tier in first.ranking]

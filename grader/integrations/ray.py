@@ -1,0 +1,162 @@
+"""Grading across machines with Ray: groups spread over actors, results streamed back as they finish.
+
+Each actor builds its own grader and keeps its own mirror cache and sandboxes, so actors share nothing but
+the code. A group whose actor dies is retried on another actor, then fails with the reason; a deadline
+bounds how long the trainer waits: groups not done by then pass through unchanged. Needs `gagar[ray]`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from grader.formats import LoadError
+from grader.graders.base import Grader, get_grader
+from grader.models import Group, GroupResult
+from grader.pipeline import GradingOptions, grade_group, passthrough
+
+try:
+    import ray
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("grading with Ray needs the ray extra: pip install 'gagar[ray]'") from exc
+
+
+class _GradingActor:
+    """Grades groups sent as JSON-able dicts; several at once (threaded actor)."""
+
+    def __init__(self, make_grader: Callable[[], Grader], options: GradingOptions) -> None:
+        self.grader = make_grader()
+        self.options = options
+
+    def grade(self, group_data: dict[str, Any]) -> dict[str, Any]:
+        return grade_group(Group.model_validate(group_data), self.grader, self.options).model_dump(
+            mode="json"
+        )
+
+    def ping(self) -> bool:
+        return True
+
+
+@dataclass
+class _Pending:
+    index: int
+    group: Group
+    attempts: int
+    actor: int
+
+
+class RayGrader:
+    """Grades groups on Ray actors. Either `grader_name` (+ `grader_options`) or a picklable `grader_factory`.
+
+    `actors` actors each run up to `per_actor` groups at once. `retries` is how many more actors a group
+    whose actor died is tried on. `deadline` (seconds from the start of a call) stops waiting: unfinished
+    groups come back as `failed` with their advantages unchanged.
+    """
+
+    def __init__(
+        self,
+        grader_name: str = "heuristic",
+        grader_options: dict[str, Any] | None = None,
+        options: GradingOptions | None = None,
+        grader_factory: Callable[[], Grader] | None = None,
+        address: str | None = None,
+        actors: int = 2,
+        per_actor: int = 4,
+        retries: int = 1,
+        deadline: float | None = None,
+        actor_options: dict[str, Any] | None = None,
+    ) -> None:
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        name, grader_opts = grader_name, dict(grader_options or {})
+        self._factory = grader_factory or (lambda: get_grader(name, **grader_opts))
+        self.name = grader_name if grader_factory is None else getattr(grader_factory, "name", grader_name)
+        # Semaphores do not travel between processes: each actor is bounded by its own `per_actor`.
+        self.options = replace(options or GradingOptions(), concurrency=None)
+        self.per_actor = max(1, per_actor)
+        self.retries = retries
+        self.deadline = deadline
+        self._remote = ray.remote(_GradingActor).options(
+            max_concurrency=self.per_actor, num_cpus=0, **(actor_options or {})
+        )
+        self._actors: list[Any] = [self._spawn() for _ in range(max(1, actors))]
+        self._alive = [True] * len(self._actors)
+
+    def _spawn(self) -> Any:
+        return self._remote.remote(self._factory, self.options)
+
+    def _least_loaded(self, load: list[int]) -> int:
+        live = [i for i, alive in enumerate(self._alive) if alive]
+        if not live:  # every actor died: start a fresh one rather than give up on the batch
+            self._actors.append(self._spawn())
+            self._alive.append(True)
+            load.append(0)
+            live = [len(self._actors) - 1]
+        return min(live, key=lambda i: load[i])
+
+    def grade_indexed(self, items: Iterable[Group | LoadError]) -> Iterator[tuple[int, GroupResult]]:
+        """(input position, result) as groups finish. Never raises for a group's own problems."""
+        start = time.monotonic()
+        load = [0] * len(self._actors)
+        pending: dict[Any, _Pending] = {}
+        queue: list[tuple[int, Group, int]] = []
+        for index, item in enumerate(items):
+            if isinstance(item, LoadError):
+                yield index, passthrough(item, self.name, f"invalid group ({item.source}): {item.reason}")
+            else:
+                queue.append((index, item, 0))
+
+        def submit(index: int, group: Group, attempts: int) -> None:
+            actor = self._least_loaded(load)
+            ref = self._actors[actor].grade.remote(group.model_dump(mode="json"))
+            pending[ref] = _Pending(index, group, attempts, actor)
+            load[actor] += 1
+
+        capacity = self.per_actor * len(self._actors)
+        while queue or pending:
+            while queue and len(pending) < capacity:
+                submit(*queue.pop(0))
+            timeout = None
+            if self.deadline is not None:
+                timeout = self.deadline - (time.monotonic() - start)
+                if timeout <= 0:
+                    break
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            for ref in done:
+                job = pending.pop(ref)
+                load[job.actor] -= 1
+                try:
+                    yield job.index, GroupResult.model_validate(ray.get(ref))
+                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
+                    self._alive[job.actor] = False
+                    if job.attempts < self.retries:
+                        queue.append((job.index, job.group, job.attempts + 1))
+                    else:
+                        reason = (
+                            f"actor died while grading ({job.attempts + 1} attempts): {type(exc).__name__}"
+                        )
+                        yield job.index, passthrough(job.group, self.name, reason)
+                except ray.exceptions.RayError as exc:
+                    yield job.index, passthrough(job.group, self.name, f"ray: {type(exc).__name__}: {exc}")
+        late = [(job.index, job.group) for job in pending.values()] + [(i, g) for i, g, _ in queue]
+        for ref in pending:
+            ray.cancel(ref)
+        for index, group in sorted(late, key=lambda pair: pair[0]):
+            waited = f"{self.deadline:g}s" if self.deadline is not None else "the deadline"
+            yield (
+                index,
+                passthrough(group, self.name, f"deadline: not graded within {waited}; advantages unchanged"),
+            )
+
+    def grade(self, items: Iterable[Group | LoadError]) -> list[GroupResult]:
+        """Every result, in input order."""
+        results = dict(self.grade_indexed(items))
+        return [results[i] for i in sorted(results)]
+
+    def shutdown(self) -> None:
+        """Stop the actors (the Ray cluster itself is left running)."""
+        for actor in self._actors:
+            ray.kill(actor)
+        self._actors, self._alive = [], []

@@ -1,0 +1,121 @@
+"""RayGrader on a local Ray cluster: streaming, an actor dying, the deadline, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.formats import LoadError, load_group_file
+from grader.graders.heuristic import HeuristicGrader
+from grader.models import Group
+from tests.conftest import EXAMPLE_GROUP, REPO_ROOT
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gagar[ray]')")
+from grader.integrations.ray import RayGrader  # noqa: E402
+
+
+# Workers cannot import this test module by name: ship its classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def copies(*ids: str) -> list[Group]:
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    return [group.model_copy(update={"group_id": gid}) for gid in ids]
+
+
+class Misbehaving(HeuristicGrader):
+    """Dies, or dawdles, on chosen groups; otherwise the heuristic grader. `marker`: die only once."""
+
+    def __init__(self, die: str = "", slow: str = "", marker: str = "") -> None:
+        self.die, self.slow, self.marker = die, slow, marker
+
+    def grade(self, workspace):
+        gid = workspace.group.group_id
+        if gid == self.die and not (self.marker and os.path.exists(self.marker)):
+            if self.marker:
+                Path(self.marker).write_text("died once")
+            os._exit(1)  # the actor process dies mid-grading
+        if gid == self.slow:
+            time.sleep(30)
+        return super().grade(workspace)
+
+
+def test_groups_spread_over_actors_stream_back() -> None:
+    grader = RayGrader(actors=2, per_actor=2)
+    items = [*copies("a", "b", "c", "d"), LoadError("x.jsonl:9", "broken", "invalid JSON")]
+    streamed = list(grader.grade_indexed(items))
+    assert sorted(i for i, _ in streamed) == [0, 1, 2, 3, 4]
+    by_id = {r.group_id: r for _, r in streamed}
+    assert all(by_id[g].status == "graded" for g in "abcd")
+    assert by_id["broken"].status == "failed" and "invalid JSON" in by_id["broken"].reason
+    assert by_id["a"].ranking[0] == ["clean", "clean-respaced"]
+    grader.shutdown()
+
+
+def test_an_actor_dying_is_retried_elsewhere_then_fails(tmp_path: Path) -> None:
+    marker = str(tmp_path / "died")
+    once = RayGrader(grader_factory=lambda: Misbehaving(die="b", marker=marker), actors=2, retries=1)
+    results = {r.group_id: r for r in once.grade(copies("a", "b", "c"))}
+    assert Path(marker).exists()  # it did die once...
+    assert all(r.status == "graded" for r in results.values())  # ...and was graded on another actor
+    once.shutdown()
+
+    always = RayGrader(grader_factory=lambda: Misbehaving(die="b"), actors=2, retries=1)
+    results = {r.group_id: r for r in always.grade(copies("a", "b", "c"))}
+    assert results["a"].status == results["c"].status == "graded"
+    assert results["b"].status == "failed" and "actor died while grading (2 attempts)" in results["b"].reason
+    assert results["b"].advantages_after == results["b"].advantages_before
+    always.shutdown()
+
+
+def test_the_deadline_never_holds_the_trainer() -> None:
+    grader = RayGrader(grader_factory=lambda: Misbehaving(slow="slow"), actors=2, deadline=8.0)
+    start = time.monotonic()
+    results = {r.group_id: r for r in grader.grade(copies("a", "slow", "b"))}
+    assert time.monotonic() - start < 15
+    assert results["a"].status == results["b"].status == "graded"
+    late = results["slow"]
+    assert late.status == "failed" and late.reason.startswith("deadline: not graded within 8s")
+    assert late.advantages_after == late.advantages_before
+    grader.shutdown()
+
+
+def test_cli_grades_through_ray(tmp_path: Path) -> None:
+    ray.shutdown()  # the CLI starts its own local cluster
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grader.cli",
+                "grade",
+                str(EXAMPLE_GROUP),
+                "--out",
+                str(tmp_path),
+                "--ray",
+                "--workers",
+                "1",
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "results.jsonl").read_text())
+    assert result["status"] == "graded" and result["ranking"][0] == ["clean", "clean-respaced"]
