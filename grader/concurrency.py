@@ -17,7 +17,8 @@ class Concurrency:
 
     llm_calls: int = 32
     sandboxes: int = 4
-    workspace_builds: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    # Builds mostly wait on git processes; twice the cores keeps the CPU busy without thrashing.
+    workspace_builds: int = field(default_factory=lambda: 2 * max(1, os.cpu_count() or 1))
 
     def __post_init__(self) -> None:
         for name in ("llm_calls", "sandboxes", "workspace_builds"):

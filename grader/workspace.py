@@ -109,17 +109,21 @@ class Workspace:
         (self.git_dir / "objects" / "info" / "alternates").write_text(str(self.mirror / "objects") + "\n")
         shutil.rmtree(self.git_dir / "hooks", ignore_errors=True)  # samples only, but nothing should be there
         try:
-            self.base_commit = out(
-                ["rev-parse", "--verify", f"{self.group.task.base_commit}^{{commit}}"], git_dir=self.git_dir
-            )
-        except GitError as exc:
+            self.base_commit, base_tree = out(
+                [
+                    "rev-parse",
+                    f"{self.group.task.base_commit}^{{commit}}",
+                    f"{self.group.task.base_commit}^{{tree}}",
+                ],
+                git_dir=self.git_dir,
+            ).split()
+        except (GitError, ValueError) as exc:
             raise WorkspaceError(
                 f"group {self.group.group_id!r}: base commit {self.group.task.base_commit!r} not found"
             ) from exc
         base_index = self.path / "tmp" / "base.index"
         base_index.parent.mkdir()
         git(["read-tree", self.base_commit], git_dir=self.git_dir, env={"GIT_INDEX_FILE": str(base_index)})
-        base_tree = out(["rev-parse", f"{self.base_commit}^{{tree}}"], git_dir=self.git_dir)
 
         for t in self.group.trajectories:
             namespace = CANDIDATE_NAMESPACE if t.passed else FAILING_NAMESPACE

@@ -19,7 +19,6 @@ from tests.conftest import EXAMPLE_GROUP, REPO_ROOT
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gagar[ray]')")
 from grader.integrations.ray import RayGrader  # noqa: E402
 
-
 # Workers cannot import this test module by name: ship its classes by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

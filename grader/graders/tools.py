@@ -342,10 +342,10 @@ class Toolbox:
 
 
 def injections_by_trajectory(workspace: Workspace) -> dict[str, list[str]]:
-    """Injection attempts found in each passing trajectory's diff."""
+    """Injection attempts in each gradable trajectory's patch (its added lines, as submitted)."""
     found = {}
     for tid in workspace.gradable():
-        hits = find_injections(workspace.diff(tid))
+        hits = find_injections(workspace.group.trajectory(tid).patch)
         if hits:
             found[tid] = hits
     return found
