@@ -50,10 +50,9 @@ def grade_with(policy, group=None, tmp_path: Path | None = None, **options: Any)
     if group is None:
         (group,) = load_group_file(EXAMPLE_GROUP)
     options.setdefault("budgets", FAST)
+    options.setdefault("sandbox", None)
     with ScriptedServer(policy) as server:
-        grader = LLMGrader(
-            "scripted", base_url=server.url, sandbox=None, transcript_dir=tmp_path, seed=7, **options
-        )
+        grader = LLMGrader("scripted", base_url=server.url, transcript_dir=tmp_path, seed=7, **options)
         result = grade_group(group, grader)
         return result, server.requests
 
@@ -296,3 +295,44 @@ def test_cli_llm_grader(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "results.jsonl").read_text())
     assert result["status"] == "graded" and result["grader"] == "llm"
     assert Path(result["transcript"]).is_file() and result["usage"]["requests"] == 4
+
+
+def _docker_reason() -> str | None:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means: no engine
+        return f"no Docker engine reachable: {exc}"
+    return None
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(_docker_reason() is not None, reason=str(_docker_reason()))
+def test_differential_runs_through_the_docker_sandbox(tmp_path: Path) -> None:
+    from grader.sandbox.images import build_images
+
+    build_images()  # a no-op once the images exist
+
+    def policy(request, n):
+        labels = labels_in(request)
+        step = turn(request)
+        if step == 0:  # one probe on base and every candidate, side by side
+            probe = "python3 -c 'from inventory.stock import average_price; print(average_price([]))'"
+            return tool_calls(("run", {"command": probe, "timeout": 30}))
+        if step == 1:
+            return tool_calls(("run", {"command": "tests", "targets": labels[:1]}))
+        return submit([[label] for label in labels])
+
+    result, requests = grade_with(policy, tmp_path=tmp_path, sandbox="docker")
+    assert result.status == "graded", result.reason
+    events = read_transcript(result.transcript)
+    probe = next(e for e in events if e["type"] == "tool_result" and e["name"] == "run")
+    assert "== base: exit 1" in probe["content"] and "ZeroDivisionError" in probe["content"]
+    assert probe["content"].count(": exit 0") == 4  # every candidate returns 0.0
+    assert "0.0" in probe["content"]
+    tests = [e for e in events if e["type"] == "tool_result" and e["name"] == "run"][1]
+    assert ": exit 0" in tests["content"] and "passed" in tests["content"]
+    import docker
+
+    assert not docker.from_env().containers.list(all=True, filters={"label": "gagar.sandbox"})
