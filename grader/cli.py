@@ -41,6 +41,16 @@ def _print_group(console: Console, result: GroupResult) -> None:
     console.print(title)
     if result.redistribution:
         console.print(f"  redistribution: {result.redistribution}")
+    if result.usage:
+        u = result.usage
+        console.print(
+            f"  model: {u.get('requests', 0)} requests, {u.get('total_tokens', 0):,} tokens, "
+            f"{u.get('tool_calls', 0)} tool calls, {u.get('retries', 0)} retries; transcript {result.transcript}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    for tid, hits in result.flags.items():
+        console.print(f"  [bold red]flag[/] {tid}: addresses the grader: {hits[0]!r}", soft_wrap=True)
     rank_of = {tid: i + 1 for i, tier in enumerate(result.ranking) for tid in tier}
     table = Table(show_edge=False, pad_edge=False)
     for column in ("rank", "trajectory", "passed", "weight", "advantage before", "after", "apply"):
