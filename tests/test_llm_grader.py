@@ -198,13 +198,20 @@ def test_a_model_that_never_submits_stops_at_the_turn_budget() -> None:
     assert "turn budget exhausted" in result.reason
 
 
-def test_token_and_wall_budgets(tmp_path: Path) -> None:
-    greedy = Budgets(tokens=250, retry_wait_initial=0.01)
-    result, _ = grade_with(
-        lambda request, n: tool_calls(("list_candidates", {}), usage=(200, 100)), budgets=greedy
-    )
+def test_token_tool_output_and_wall_budgets() -> None:
+    listing = lambda request, n: tool_calls(("list_candidates", {}), usage=(200, 100))  # noqa: E731
+    result, _ = grade_with(listing, budgets=Budgets(tokens=250, retry_wait_initial=0.01))
     assert_unchanged(result)
-    assert "token budget exhausted" in result.reason
+    assert "token budget exhausted (300 >= 250)" in result.reason
+
+    result, _ = grade_with(listing, budgets=Budgets(tool_output_chars=50, retry_wait_initial=0.01))
+    assert_unchanged(result)
+    assert "tool output budget exhausted" in result.reason
+
+    slow = lambda request, n: tool_calls(("list_candidates", {}), delay=0.4)  # noqa: E731
+    result, requests = grade_with(slow, budgets=Budgets(wall_seconds=1.0, turns=20, retry_wait_initial=0.01))
+    assert_unchanged(result)
+    assert "wall-time budget exhausted (1s)" in result.reason and len(requests) <= 4
 
 
 def test_models_without_function_calling() -> None:

@@ -373,6 +373,8 @@ class LLMGrader:
                     with self.config.concurrency.llm if self.config.concurrency else nullcontext():
                         response = self.client.chat.completions.create(timeout=timeout, **kwargs)
         except RETRYABLE as exc:
+            if time.monotonic() >= deadline - 0.05:  # the request was cut short by the wall-time budget
+                raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)") from None
             raise GradingFailed(
                 f"endpoint failed after {usage.retries + 1} attempt(s): {type(exc).__name__}: {exc}"
             ) from None
