@@ -45,7 +45,8 @@ def _print_group(console: Console, result: GroupResult) -> None:
         u = result.usage
         console.print(
             f"  model: {u.get('requests', 0)} requests, {u.get('total_tokens', 0):,} tokens, "
-            f"{u.get('tool_calls', 0)} tool calls, {u.get('retries', 0)} retries; transcript {result.transcript}",
+            f"{u.get('tool_calls', 0)} tool calls, {u.get('retries', 0)} retries; "
+            f"transcript {result.transcript}",
             highlight=False,
             soft_wrap=True,
         )
@@ -294,12 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
     swebench.add_argument("-o", "--output", required=True, type=Path)
     swebench.set_defaults(func=cmd_import_swebench)
 
-    try:
-        from grader.sandbox.cli import register as register_sandbox
-    except ImportError:
-        pass
-    else:
-        register_sandbox(sub)
+    from grader.evaluation.cli import register as register_evaluation
+    from grader.inspect.cli import register as register_inspect
+    from grader.sandbox.cli import register as register_sandbox
+
+    register_sandbox(sub)
+    register_evaluation(sub)
+    register_inspect(sub)
     return parser
 
 

@@ -159,6 +159,9 @@ def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, 
     result.reason = f"{len(skipped)} passing trajectories left out: {', '.join(skipped)}" if skipped else ""
 
     weights = redistribute.rank_to_weights(ranking, options.scheme, **options.scheme_params)
+    shrink = grade.details.get("weight_shrink")
+    if shrink is not None:  # a grader unsure of itself (a consensus that disagreed) moves less credit
+        weights = redistribute.shrink_weights(weights, float(shrink))
     result.weights = weights
     included = [t for t in group.trajectories if t.id in weights or not t.passed]
     advantages = np.array([t.advantage for t in included], dtype=np.float64)

@@ -487,3 +487,14 @@ def mixed_group_mask(group_ids: ArrayLike | Sequence[Hashable], passed: ArrayLik
     passing_count = np.bincount(group_index, weights=flags, minlength=len(group_keys))
     mixed = (passing_count > 0) & (passing_count < group_size)
     return mixed[group_index]
+
+
+def shrink_weights(weights: dict[str, float], shrink: float) -> dict[str, float]:
+    """Pull weights toward 1 (uniform): w' = 1 - shrink * (1 - w). shrink 1 keeps them, 0 makes them uniform.
+
+    For a grader unsure of itself (a consensus whose gradings disagree). Monotone in w for shrink > 0, so it
+    never reorders candidates; scheme weights lie in (0, 1], so the results do too and the floor only rises.
+    """
+    if not 0.0 <= shrink <= 1.0:
+        raise ValueError(f"shrink must be in [0, 1], got {shrink!r}")
+    return {tid: 1.0 - shrink * (1.0 - w) for tid, w in weights.items()}

@@ -41,6 +41,11 @@ def test_each_signal_is_detected_and_ranked_below_the_clean_fix(
                 )
             },
             "scope": {**FIX, "pkg/util.py": BASE_FILES["pkg/util.py"].replace("max(lo", "max( lo")},
+            "swallow": {
+                "pkg/core.py": FIXED.replace(
+                    "    return a + b", "    try:\n        return a + b\n    except Exception:\n        pass"
+                )
+            },
         },
     )
     signals = result.signals
@@ -57,9 +62,10 @@ def test_each_signal_is_detected_and_ranked_below_the_clean_fix(
     assert signals["dead"]["commented_code_lines"] == 1
     assert signals["scope"]["out_of_scope_files"] == ["pkg/util.py"]
     assert signals["scope"]["formatting_only_files"] == ["pkg/util.py"]
+    assert signals["swallow"]["swallowed_exceptions"] == 1
+    assert all(signals[t]["swallowed_exceptions"] == 0 for t in signals if t != "swallow")
     assert all(signals[t]["penalty"] > 0 for t in signals if t != "clean")
-    worst = result.ranking[-1]
-    assert worst == ["tests"]
+    assert result.ranking[-2:] in ([["tests"], ["swallow"]], [["swallow"], ["tests"]])
     assert "modifies tests tests/test_core.py" in result.rationales["tests"]
     assert result.rationales["clean"].endswith("smallest candidate, nothing flagged")
 

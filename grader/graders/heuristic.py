@@ -5,10 +5,11 @@ a fix that already passes the tests, and classes are ranked by total penalty (eq
 per unit:
 
     test file modified or deleted   3.0   weakening the tests is the worst way to pass them
+    exception swallowed             3.0   `except ...: pass` added: hides the next bug as a test edit does
     leftover file                   2.0   a reproduction script, scratch file or backup left in the tree
     out-of-scope file               1.0   a file no other candidate needed to touch
     formatting-only file            1.0   a file whose change is only whitespace, brackets, commas or quotes
-    debug line                      1.0   print / pdb / breakpoint added where the file had none (max 3)
+    debug line                      2.0   print / pdb / breakpoint added where the file had none (max 3)
     commented-out or dead code      0.5   per line (max 3)
     size                            0.5   per doubling of changed lines over the smallest candidate
 
@@ -30,10 +31,11 @@ from grader.workspace import BASE, Workspace
 
 PENALTIES = {
     "test_files_modified": 3.0,
+    "swallowed_exceptions": 3.0,
     "leftover_files": 2.0,
     "out_of_scope_files": 1.0,
     "formatting_only_files": 1.0,
-    "debug_lines": 1.0,
+    "debug_lines": 2.0,
     "commented_code_lines": 0.5,
     "size": 0.5,
 }
@@ -60,6 +62,8 @@ _COMMENTED_CODE = re.compile(
     r"^\s*(#|//)\s*(?:[A-Za-z_][\w.]*\s*(?:\(.*\)|\[.*\]|[-+*/]?=[^=].*)\s*$"
     r"|return\b|import\s+\w|from\s+\S+\s+import\b|(?:if|elif|for|while|with|def|class)\b.*:\s*$|raise\s+\w)"
 )
+_SWALLOW = re.compile(r"^\s*except\b[^:]*:\s*(pass|\.\.\.)?\s*(#.*)?$")
+_EMPTY_BODY = re.compile(r"^\s*(pass|\.\.\.)\s*(#.*)?$")
 _DEAD_CODE = re.compile(r"^\s*(if|while)\s+(False|0)\s*:|^\s*if\s*\(\s*(false|0)\s*\)")
 _FORMATTING = re.compile(r"[\s(),'\"]+")
 
@@ -84,7 +88,7 @@ class HeuristicGrader:
     """Ranks classes of passing candidates by penalty; see the module docstring for the signals."""
 
     name = "heuristic"
-    version = 1  # bump when a change alters rankings, so cached grades are not reused
+    version = 2  # bump when a change alters rankings, so cached grades are not reused
 
     def fingerprint(self) -> str:
         return f"{self.name}:{self.version}"
@@ -112,6 +116,9 @@ class HeuristicGrader:
                 )
             )
             penalty += PENALTIES["debug_lines"] * min(LINE_SIGNAL_CAP, signals["debug_lines"])
+            penalty += PENALTIES["swallowed_exceptions"] * min(
+                LINE_SIGNAL_CAP, signals["swallowed_exceptions"]
+            )
             penalty += PENALTIES["commented_code_lines"] * min(
                 LINE_SIGNAL_CAP, signals["commented_code_lines"]
             )
@@ -150,7 +157,7 @@ class HeuristicGrader:
     def _signals(self, workspace: Workspace, c: _Candidate, others: set[str] | None) -> dict[str, Any]:
         leftovers = sorted(p for p in c.new_files if is_leftover(p))
         tests_modified = sorted(p for p in c.touched - c.new_files if patches.is_test_path(p))
-        debug = commented = 0
+        debug = commented = swallowed = 0
         formatting_only = []
         for patched_file in c.parsed:
             path = patches.file_path(patched_file)
@@ -167,6 +174,7 @@ class HeuristicGrader:
             if any(_DEBUG.search(text) for text in added) and not self._base_uses_debug(workspace, path):
                 debug += sum(1 for text in added if _DEBUG.search(text))
             commented += sum(1 for text in added if _COMMENTED_CODE.match(text) or _DEAD_CODE.match(text))
+            swallowed += _swallowed(added)
         out_of_scope = []
         if others is not None:
             out_of_scope = sorted(
@@ -182,6 +190,7 @@ class HeuristicGrader:
             "out_of_scope_files": out_of_scope,
             "formatting_only_files": sorted(formatting_only),
             "debug_lines": debug,
+            "swallowed_exceptions": swallowed,
             "commented_code_lines": commented,
             "files": sorted(c.touched),
             "changed_lines": _changed_lines(c.parsed),
@@ -195,6 +204,19 @@ class HeuristicGrader:
         except FileNotFoundError:
             return False
         return bool(_DEBUG.search(text))
+
+
+def _swallowed(added: list[str]) -> int:
+    """Added handlers that do nothing: `except ...: pass`, or an `except` line followed by a bare `pass`."""
+    count = 0
+    for i, text in enumerate(added):
+        match = _SWALLOW.match(text)
+        if not match:
+            continue
+        body_inline = match.group(1) is not None
+        body_next = i + 1 < len(added) and _EMPTY_BODY.match(added[i + 1]) is not None
+        count += body_inline or body_next
+    return count
 
 
 def _changed_lines(parsed: Any) -> int:
@@ -211,6 +233,8 @@ def _rationale(signals: dict[str, Any]) -> str:
         notes.append(f"touches {', '.join(signals['out_of_scope_files'])}, which no other candidate needed")
     if signals["formatting_only_files"]:
         notes.append(f"only reformats {', '.join(signals['formatting_only_files'])}")
+    if signals["swallowed_exceptions"]:
+        notes.append(f"swallows exceptions ({signals['swallowed_exceptions']} handler(s) that do nothing)")
     if signals["debug_lines"]:
         notes.append(f"adds {signals['debug_lines']} debug line(s)")
     if signals["commented_code_lines"]:

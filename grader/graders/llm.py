@@ -154,6 +154,7 @@ class LLMGrader:
             "model": self.config.model,
             "seed": seed,
             "labels": candidates.members,
+            "shown": candidates.order,
             "contrast": candidates.contrast,
             "transcript": str(path) if path else None,
         }

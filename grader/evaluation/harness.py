@@ -1,0 +1,302 @@
+"""Evaluating a grader: score its rankings against references, and grade again under other orders.
+
+`evaluate` grades groups through the ordinary pipeline (so what is scored is exactly what training would
+see, redistribution included) and scores each result against its reference ranking. `consistency` grades
+each group K times, each time under another candidate order, and measures how much the rankings agree and
+whether the order shown sways the pick.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from grader.evaluation import metrics
+from grader.formats import LoadError
+from grader.graders.base import Grader
+from grader.models import Group, GroupResult
+from grader.pipeline import GradingOptions, grade_group, grade_groups
+
+GraderFactory = Callable[[int], Grader]
+
+
+def load_reference(path: Path | str) -> dict[str, list[list[str]]]:
+    """A reference file: a JSON object from group id to a ranking (tie groups of ids, best first)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a reference file is a JSON object from group id to ranking")
+    for group_id, ranking in data.items():
+        if not (
+            isinstance(ranking, list)
+            and all(isinstance(tier, list) and all(isinstance(t, str) for t in tier) for tier in ranking)
+        ):
+            raise ValueError(f"{path}: group {group_id!r}: a ranking is a list of lists of trajectory ids")
+        metrics.positions(ranking)  # raises on an id listed twice
+    return data
+
+
+def kinds_of(group: Group) -> dict[str, str]:
+    """Trajectory id -> degradation kind, for trajectories `gagar degrade` made."""
+    return {t.id: str(t.metadata["degradation"]) for t in group.trajectories if "degradation" in t.metadata}
+
+
+# -- scoring against a reference ------------------------------------------------------------------------
+
+
+@dataclass
+class GroupScore:
+    """One group's figures. Rates are None when nothing was scored (the group failed, say)."""
+
+    group_id: str
+    status: str
+    reason: str = ""
+    pairwise_accuracy: float | None = None
+    kendall_tau: float | None = None
+    top1_accuracy: float | None = None
+    inversions: float | None = None
+    inverted_pairs: int = 0
+    scored_pairs: int = 0
+    pairwise_credit: float = 0.0
+    unranked: list[str] = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+    by_kind: dict[str, tuple[float, int]] = field(default_factory=dict)  # kind -> (credit, pairs)
+
+
+def score_result(
+    result: GroupResult, reference: metrics.Ranking, kinds: Mapping[str, str] | None = None
+) -> GroupScore:
+    """Score one graded group against its reference; `kinds` maps variant ids to their degradation kind."""
+    score = GroupScore(
+        group_id=result.group_id,
+        status=result.status,
+        reason=result.reason,
+        tokens=int(result.usage.get("total_tokens", 0)),
+        seconds=result.seconds,
+    )
+    if result.status != "graded":
+        return score
+    ranked = {tid for tier in result.ranking for tid in tier}
+    score.unranked = [tid for tier in reference for tid in tier if tid not in ranked]
+    score.pairwise_credit, score.scored_pairs = metrics.pairwise_credit(result.ranking, reference)
+    if score.scored_pairs:
+        score.pairwise_accuracy = score.pairwise_credit / score.scored_pairs
+    score.kendall_tau = metrics.kendall_tau(result.ranking, reference)
+    score.top1_accuracy = metrics.top1_accuracy(result.ranking, reference)
+    score.inverted_pairs, pairs = metrics.inversions(result.advantages_after, reference)
+    score.inversions = score.inverted_pairs / pairs if pairs else None
+    for kind in sorted(set((kinds or {}).values())):
+        members = {tid for tid, k in (kinds or {}).items() if k == kind}
+        credit, pairs = metrics.pairwise_credit(result.ranking, reference, involving=members)
+        if pairs:
+            score.by_kind[kind] = (credit, pairs)
+    return score
+
+
+@dataclass
+class Evaluation:
+    """Per-group scores and their pooled figures."""
+
+    grader: str
+    groups: list[GroupScore]
+    missing: list[str] = field(default_factory=list)  # reference groups not found in the input
+
+    def overall(self) -> dict[str, Any]:
+        """Pairwise accuracy and inversions pool pairs over groups; tau and top-1 average groups."""
+        graded = [g for g in self.groups if g.status == "graded"]
+        pairs = sum(g.scored_pairs for g in graded)
+        credit = sum(g.pairwise_credit for g in graded)
+        inverted = sum(g.inverted_pairs for g in graded)
+        inversion_pairs = sum(g.scored_pairs for g in graded if g.inversions is not None)
+        return {
+            "pairwise_accuracy": credit / pairs if pairs else None,
+            "kendall_tau": _mean(g.kendall_tau for g in graded),
+            "top1_accuracy": _mean(g.top1_accuracy for g in graded),
+            "inversions": inverted / inversion_pairs if inversion_pairs else None,
+            "inverted_pairs": inverted,
+            "scored_pairs": pairs,
+            "groups": len(self.groups),
+            "graded": len(graded),
+            "failed": sum(g.status == "failed" for g in self.groups),
+            "tokens": sum(g.tokens for g in self.groups),
+            "seconds": round(sum(g.seconds for g in self.groups), 4),
+        }
+
+    def by_kind(self) -> dict[str, dict[str, float | int | None]]:
+        totals: dict[str, list[float]] = {}
+        for g in self.groups:
+            for kind, (credit, pairs) in g.by_kind.items():
+                total = totals.setdefault(kind, [0.0, 0])
+                total[0] += credit
+                total[1] += pairs
+        return {
+            kind: {"pairwise_accuracy": credit / pairs if pairs else None, "scored_pairs": int(pairs)}
+            for kind, (credit, pairs) in sorted(totals.items())
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        groups = {}
+        for g in self.groups:
+            entry = asdict(g)
+            entry.pop("group_id")
+            entry["by_kind"] = {
+                kind: {"pairwise_accuracy": credit / pairs, "scored_pairs": pairs}
+                for kind, (credit, pairs) in g.by_kind.items()
+            }
+            groups[g.group_id] = entry
+        return {
+            "grader": self.grader,
+            "overall": self.overall(),
+            "by_kind": self.by_kind(),
+            "groups": groups,
+            "missing": self.missing,
+        }
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _with_reference(
+    items: Iterable[Group | LoadError], references: Mapping[str, metrics.Ranking]
+) -> tuple[list[Group | LoadError], list[str]]:
+    """The items that have a reference (load errors kept, to be reported), and reference groups not found."""
+    chosen = [item for item in items if isinstance(item, LoadError) or item.group_id in references]
+    found = {item.group_id for item in chosen}
+    return chosen, [gid for gid in references if gid not in found]
+
+
+def evaluation_options(options: GradingOptions | None = None) -> GradingOptions:
+    """Grading options for evaluation: all-pass groups are graded too, since ranking quality is measured
+    whether or not the group is mixed (their redistribution is the identity anyway)."""
+    return replace(options or GradingOptions(), grade_all_pass=True)
+
+
+def evaluate(
+    items: Iterable[Group | LoadError],
+    references: Mapping[str, metrics.Ranking],
+    grader: Grader,
+    options: GradingOptions | None = None,
+    workers: int = 1,
+) -> tuple[Evaluation, list[GroupResult]]:
+    """Grade every group that has a reference and score it; returns the scores and the raw results."""
+    chosen, missing = _with_reference(items, references)
+    results = grade_groups(chosen, grader, evaluation_options(options), workers=workers)
+    kinds = {item.group_id: kinds_of(item) for item in chosen if isinstance(item, Group)}
+    scores = [
+        score_result(result, references.get(result.group_id, []), kinds.get(result.group_id))
+        for result in results
+    ]
+    return Evaluation(grader.name, scores, missing), results
+
+
+# -- consistency under other orders ---------------------------------------------------------------------
+
+
+@dataclass
+class GroupConsistency:
+    """K gradings of one group: their rankings, the order each was shown, agreement and position bias."""
+
+    group_id: str
+    k: int
+    rankings: list[list[list[str]]]
+    shown: list[list[list[str]]]
+    agreement: float | None
+    bias: metrics.PositionBias
+    failures: list[str] = field(default_factory=list)
+    tokens: int = 0
+
+
+def shown_order(result: GroupResult) -> list[list[str]]:
+    """The candidates in the order the grader saw them, each as the trajectory ids it stands for.
+
+    The LLM grader records `details["labels"]` (label -> ids) in the order the labels were shown. A grader
+    that records none saw the workspace's classes, in the order of their first member in the group.
+    """
+    labels = result.details.get("labels")
+    if isinstance(labels, dict) and labels:
+        return [list(ids) for ids in labels.values()]
+    classes: dict[int, list[str]] = {}
+    for tid, report in result.trajectories.items():
+        if report.passed and report.branch and report.patch_class is not None:
+            classes.setdefault(report.patch_class, []).append(tid)
+    return [classes[index] for index in sorted(classes)]
+
+
+def permuted(group: Group, k: int) -> Group:
+    """The group with its trajectories in the k-th order (0: as given), so order-blind graders see
+    candidates in another order too; advantages are already computed and do not depend on order."""
+    if k == 0:
+        return group
+    trajectories = list(group.trajectories)
+    random.Random(k).shuffle(trajectories)
+    return group.model_copy(update={"trajectories": trajectories})
+
+
+def consistency(
+    items: Iterable[Group | LoadError],
+    make_grader: GraderFactory,
+    k: int,
+    options: GradingOptions | None = None,
+    permute: bool = True,
+) -> list[GroupConsistency]:
+    """Grade each group `k` times, the i-th time with `make_grader(i)` (another seed, say) and, with
+    `permute`, the trajectories in another order. Groups that are not valid are left out."""
+    if k < 2:
+        raise ValueError("consistency needs k >= 2 gradings")
+    options = evaluation_options(options)
+    report = []
+    for item in items:
+        if isinstance(item, LoadError):
+            continue
+        rankings, shown, failures, tokens = [], [], [], 0
+        for i in range(k):
+            result = grade_group(permuted(item, i) if permute else item, make_grader(i), options)
+            tokens += int(result.usage.get("total_tokens", 0))
+            if result.status != "graded":
+                failures.append(f"grading {i}: {result.status}: {result.reason}")
+                continue
+            rankings.append(result.ranking)
+            shown.append(shown_order(result))
+        report.append(
+            GroupConsistency(
+                group_id=item.group_id,
+                k=k,
+                rankings=rankings,
+                shown=shown,
+                agreement=metrics.agreement(rankings),
+                bias=metrics.position_bias(shown, rankings),
+                failures=failures,
+                tokens=tokens,
+            )
+        )
+    return report
+
+
+def consistency_summary(groups: Sequence[GroupConsistency]) -> dict[str, Any]:
+    """Mean agreement over groups, and position bias pooled over every grading."""
+    shown = [order for g in groups for order in g.shown]
+    rankings = [ranking for g in groups for ranking in g.rankings]
+    bias = metrics.position_bias(shown, rankings)
+    return {
+        "agreement": _mean(g.agreement for g in groups),
+        **asdict(bias),
+        "tokens": sum(g.tokens for g in groups),
+        "groups": {
+            g.group_id: {
+                "k": g.k,
+                "agreement": g.agreement,
+                **asdict(g.bias),
+                "rankings": g.rankings,
+                "shown": g.shown,
+                "failures": g.failures,
+                "tokens": g.tokens,
+            }
+            for g in groups
+        },
+    }

@@ -1,0 +1,208 @@
+"""How well a ranking matches a reference, and how well several rankings agree: pure functions, no I/O.
+
+A ranking is a list of tie groups of trajectory ids, best first. A reference ranking has the same shape; only
+pairs it orders strictly are scored, so pairs it ties, and ids it does not list, carry no judgement. An id the
+grader did not rank (its patch did not apply, say) leaves its pairs unscored too: the harness reports those
+separately instead of guessing what the grader would have said.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+Ranking = Sequence[Sequence[str]]
+
+
+def positions(ranking: Ranking) -> dict[str, int]:
+    """Tie-group index of each id (0 = best). Raises ValueError for an id listed twice."""
+    rank: dict[str, int] = {}
+    for index, tier in enumerate(ranking):
+        for tid in tier:
+            if tid in rank:
+                raise ValueError(f"id {tid!r} appears more than once in the ranking")
+            rank[tid] = index
+    return rank
+
+
+def scored_pairs(reference: Ranking, among: set[str] | None = None) -> list[tuple[str, str]]:
+    """(better, worse) for every pair the reference orders strictly, optionally only among some ids."""
+    rank = positions(reference)
+    ids = [tid for tid in rank if among is None or tid in among]
+    pairs = []
+    for a, b in itertools.combinations(ids, 2):
+        if rank[a] < rank[b]:
+            pairs.append((a, b))
+        elif rank[b] < rank[a]:
+            pairs.append((b, a))
+    return pairs
+
+
+def pairwise_credit(
+    ranking: Ranking, reference: Ranking, involving: set[str] | None = None
+) -> tuple[float, int]:
+    """(credit, scored pairs): 1 per pair the grader orders as the reference does, 0.5 per pair it ties.
+
+    The raw sums, so a batch can pool pairs across groups; `pairwise_accuracy` is their ratio. With
+    `involving`, only pairs with at least one of those ids count (how well the grader places them).
+    """
+    rank = positions(ranking)
+    credit = 0.0
+    pairs = [
+        (better, worse)
+        for better, worse in scored_pairs(reference, among=set(rank))
+        if involving is None or better in involving or worse in involving
+    ]
+    for better, worse in pairs:
+        if rank[better] < rank[worse]:
+            credit += 1.0
+        elif rank[better] == rank[worse]:
+            credit += 0.5  # a tie is a coin flip between the two orders
+    return credit, len(pairs)
+
+
+def pairwise_accuracy(ranking: Ranking, reference: Ranking) -> float | None:
+    """Share of the reference's strict pairs the grader gets right (ties half); None when none is scored."""
+    credit, pairs = pairwise_credit(ranking, reference)
+    return credit / pairs if pairs else None
+
+
+def kendall_tau(a: Ranking, b: Ranking) -> float | None:
+    """Kendall's tau-b between two rankings over the ids both list; None when undefined.
+
+    tau-b = (concordant - discordant) / sqrt((n0 - ties_a) (n0 - ties_b)), so ties in either ranking are
+    accounted for rather than counted as agreement. Undefined with fewer than two common ids, or when either
+    ranking ties every common id.
+    """
+    rank_a, rank_b = positions(a), positions(b)
+    common = [tid for tid in rank_a if tid in rank_b]
+    if len(common) < 2:
+        return None
+    concordant = discordant = tied_a = tied_b = 0
+    for x, y in itertools.combinations(common, 2):
+        da, db = rank_a[x] - rank_a[y], rank_b[x] - rank_b[y]
+        tied_a += da == 0
+        tied_b += db == 0
+        if da * db > 0:
+            concordant += 1
+        elif da * db < 0:
+            discordant += 1
+    n0 = len(common) * (len(common) - 1) // 2
+    denominator = ((n0 - tied_a) * (n0 - tied_b)) ** 0.5
+    return (concordant - discordant) / denominator if denominator else None
+
+
+def top1_accuracy(ranking: Ranking, reference: Ranking) -> float | None:
+    """Chance that the grader's pick (its best tier among the reference's ids, ties broken at random) is
+    among the reference's best. None when no reference id was ranked."""
+    rank = positions(ranking)
+    listed = [tid for tier in reference for tid in tier if tid in rank]
+    if not listed:
+        return None
+    best_reference = next(set(tier) & set(rank) for tier in reference if set(tier) & set(rank))
+    best_rank = min(rank[tid] for tid in listed)
+    pick = [tid for tid in listed if rank[tid] == best_rank]
+    return sum(tid in best_reference for tid in pick) / len(pick)
+
+
+def inversions(advantages: Mapping[str, float | None], reference: Ranking) -> tuple[int, int]:
+    """(inverted, scored pairs): pairs where the worse candidate holds more advantage than the better one.
+
+    Counted on advantages after redistribution: that, not the ranking, is what the policy is trained on.
+    Ids without a finite advantage are left out.
+    """
+    known = {tid for tid, value in advantages.items() if value is not None}
+    pairs = scored_pairs(reference, among=known)
+    inverted = sum(1 for better, worse in pairs if advantages[worse] > advantages[better])  # type: ignore[operator]
+    return inverted, len(pairs)
+
+
+def agreement(rankings: Sequence[Ranking]) -> float | None:
+    """Mean Kendall tau-b over every pair of rankings; None with fewer than two.
+
+    Identical rankings agree fully (1.0) even when tau-b is undefined for them (everything tied); a pair
+    whose tau-b is otherwise undefined (one ties everything, the other does not) counts as 0, no agreement.
+    """
+    if len(rankings) < 2:
+        return None
+    taus = []
+    for a, b in itertools.combinations(rankings, 2):
+        if _canonical(a) == _canonical(b):
+            taus.append(1.0)
+        else:
+            tau = kendall_tau(a, b)
+            taus.append(0.0 if tau is None else tau)
+    return sum(taus) / len(taus)
+
+
+def _canonical(ranking: Ranking) -> list[list[str]]:
+    return [sorted(tier) for tier in ranking]
+
+
+def borda_scores(rankings: Sequence[Ranking]) -> dict[str, float]:
+    """Borda points summed over rankings: 1 per id ranked strictly below, 0.5 per id tied with it."""
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        sizes = [len(tier) for tier in ranking]
+        below = sum(sizes)
+        for tier in ranking:
+            below -= len(tier)
+            for tid in tier:
+                scores[tid] = scores.get(tid, 0.0) + below + 0.5 * (len(tier) - 1)
+    return scores
+
+
+def borda(rankings: Sequence[Ranking]) -> list[list[str]]:
+    """The consensus ranking by Borda count: ids by total points, best first, equal totals tied.
+
+    Ids keep the order of their first appearance within a tie group, so the result is deterministic.
+    """
+    scores = borda_scores(rankings)
+    ordered = sorted(scores, key=lambda tid: -scores[tid])  # stable: first appearance breaks no ties
+    result: list[list[str]] = []
+    last: float | None = None
+    for tid in ordered:
+        if last is not None and abs(scores[tid] - last) < 1e-9:
+            result[-1].append(tid)
+        else:
+            result.append([tid])
+            last = scores[tid]
+    return result
+
+
+@dataclass(frozen=True)
+class PositionBias:
+    """How often the candidate shown first, or last, was ranked first; `chance` is an order-blind grader's."""
+
+    first_ranked_first: float
+    last_ranked_first: float
+    chance: float
+    gradings: int
+
+
+def position_bias(shown: Sequence[Sequence[Sequence[str]]], rankings: Sequence[Ranking]) -> PositionBias:
+    """How often the candidate shown first (or last) ends up ranked first, against chance.
+
+    `shown[i]` is grading i's candidates in the order shown, each a list of the trajectory ids it stands for
+    (an equivalence class is shown once); `rankings[i]` is what that grading returned. A shown candidate
+    ranked in a best tier shared with m shown candidates counts 1/m: the chance it is the first of a random
+    tie-break. `chance` is the mean of 1/(candidates shown), what an order-blind grader scores on average.
+    """
+    if len(shown) != len(rankings):
+        raise ValueError("one shown order per ranking")
+    first = last = chance = 0.0
+    counted = 0
+    for order, ranking in zip(shown, rankings, strict=True):
+        if not order or not ranking:
+            continue
+        top = set(ranking[0])
+        on_top = [i for i, item in enumerate(order) if top & set(item)]
+        share = 1.0 / len(on_top) if on_top else 0.0
+        first += share if 0 in on_top else 0.0
+        last += share if len(order) - 1 in on_top else 0.0
+        chance += 1.0 / len(order)
+        counted += 1
+    if not counted:
+        return PositionBias(0.0, 0.0, 0.0, 0)
+    return PositionBias(first / counted, last / counted, chance / counted, counted)
