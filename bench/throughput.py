@@ -65,9 +65,12 @@ def run_ray(url: str, batch: list[Group], concurrency: int) -> float:
     from grader.integrations.ray import RayGrader
 
     actors = min(concurrency, 4)
-    grader = RayGrader(grader_name="llm", grader_options={"model": "scripted", "base_url": url, "sandbox": None,
-                                                          "budgets": Budgets(retries=0)},
-                       actors=actors, per_actor=max(1, concurrency // actors))
+    grader = RayGrader(
+        grader_name="llm",
+        grader_options={"model": "scripted", "base_url": url, "sandbox": None, "budgets": Budgets(retries=0)},
+        actors=actors,
+        per_actor=max(1, concurrency // actors),
+    )
     grader.grade(batch[:actors])  # actors started and warm, outside the timing
     start = time.perf_counter()
     results = grader.grade(batch)
@@ -80,7 +83,9 @@ def run_ray(url: str, batch: list[Group], concurrency: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--groups", type=int, default=64)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per model request")
@@ -107,7 +112,9 @@ def main() -> None:
     for name, c, ratio in rows:
         target = {"in-process": 0.8, "ray": 0.7}[name] if c == 32 else None
         if target is not None:
-            print(f"target {name} at 32: ratio {ratio:.2f} >= {target}: {'PASS' if ratio >= target else 'FAIL'}")
+            print(
+                f"target {name} at 32: ratio {ratio:.2f} >= {target}: {'PASS' if ratio >= target else 'FAIL'}"
+            )
 
 
 if __name__ == "__main__":

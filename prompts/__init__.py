@@ -1,1 +1,1 @@
-"""The grader's prompts and tool descriptions, shipped inside gagar as `grader._prompts` (see pyproject.toml)."""
+"""The grader's prompts and tool descriptions, shipped in gagar as `grader._prompts` (see pyproject.toml)."""

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from grader.evaluation import cli, harness
-from grader.evaluation.consensus import ConsensusGrader, agreement_factor, shrink_weights
+from grader.evaluation.consensus import ConsensusGrader, agreement_factor
 from grader.formats import load_groups
 from grader.graders.llm import Budgets, LLMGrader
 from grader.pipeline import grade_group
+from grader.redistribute import shrink_weights
 from grader.testing import Reply, ScriptedServer, labels_in, tool_calls, tool_results
 from tests.conftest import REPO_ROOT
 

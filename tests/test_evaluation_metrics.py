@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from grader.evaluation import metrics
-from grader.evaluation.consensus import agreement_factor, shrink_weights
+from grader.evaluation.consensus import agreement_factor
+from grader.redistribute import shrink_weights
 
 # The reference ties b and c (that pair is not scored); e is not listed at all.
 REFERENCE = [["a"], ["b", "c"], ["d"]]

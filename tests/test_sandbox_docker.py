@@ -9,9 +9,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest_sandbox import make_repo, spawn_grader
 
 from grader.sandbox import Limits, SandboxError, open_sandbox
+from tests.conftest_sandbox import make_repo, spawn_grader
 
 pytestmark = pytest.mark.docker
 

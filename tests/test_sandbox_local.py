@@ -10,10 +10,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest_sandbox import make_repo, spawn_grader
 
 from grader.sandbox import Limits, SandboxUnavailable, open_sandbox
 from grader.sandbox import local as local_backend
+from tests.conftest_sandbox import make_repo, spawn_grader
 
 LEVELS = [level for level in ("bubblewrap", "namespaces") if local_backend.available(level) is None]
 LIMITS = Limits(memory_bytes=512 * 1024**2, pids=64, timeout=20, kill_after=1, output_bytes=256 * 1024)

@@ -1,7 +1,7 @@
 """Evaluating graders: metrics against reference rankings, degraded variants as labelled data, permutation
 consistency, and a consensus grader that trusts itself only as far as its gradings agree."""
 
-from grader.evaluation.consensus import ConsensusGrader, agreement_factor, shrink_weights
+from grader.evaluation.consensus import ConsensusGrader, agreement_factor
 from grader.evaluation.degrade import (
     KINDS,
     SEVERITY,
@@ -20,6 +20,7 @@ from grader.evaluation.harness import (
     evaluate,
     load_reference,
 )
+from grader.redistribute import shrink_weights
 
 __all__ = [
     "KINDS",

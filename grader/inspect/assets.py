@@ -1,0 +1,516 @@
+"""The static parts of the HTML report: its stylesheet and its script, inlined so the file stands alone.
+
+The script's one rule: data from the run (patches, transcripts, ids, rationales) is untrusted, so it only
+ever reaches the page as text nodes (`textContent`, `append(string)`) or as numeric SVG attributes. Nothing
+here assigns HTML, and the page's Content-Security-Policy allows only this script and this stylesheet (by
+hash), so a candidate's `<script>` can at worst be read, never run.
+"""
+
+from __future__ import annotations
+
+CSS = """
+:root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --bg: #ffffff; --soft: #f6f8fa;
+  --add: #dafbe1; --add-fg: #116329; --del: #ffebe9; --del-fg: #a40e26; --hunk: #ddf4ff; --accent: #0969da;
+  --graded: #1a7f37; --skipped: #9a6700; --failed: #cf222e; --before: #8c959f; --after: #2f81f7;
+  --after-neg: #e5534b; }
+* { box-sizing: border-box; }
+body { margin: 0; padding: 16px 24px 48px; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
+  color: var(--fg); background: var(--bg); }
+h1 { font-size: 20px; margin: 0 0 4px; }
+h2 { font-size: 16px; margin: 20px 0 8px; }
+h3 { font-size: 14px; margin: 16px 0 6px; text-transform: uppercase; letter-spacing: .04em;
+  color: var(--muted); }
+code, pre, .mono { font: 12.5px/1.4 ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
+.muted { color: var(--muted); }
+.note { color: var(--muted); font-style: italic; }
+#run { margin: 0; color: var(--muted); }
+.summary { display: grid; grid-template-columns: repeat(auto-fit, minmax(230px, 1fr)); gap: 10px;
+  margin-top: 12px; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; background: var(--soft); }
+.card h4 { margin: 0 0 6px; font-size: 12px; text-transform: uppercase; color: var(--muted);
+  letter-spacing: .04em; }
+.card .big { font-size: 18px; font-weight: 600; }
+.card ul { margin: 0; padding-left: 18px; }
+.hist { display: block; margin-top: 6px; }
+.hist rect { fill: var(--after); }
+.hist text { font-size: 10px; fill: var(--muted); }
+.filters { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 16px 0 8px; }
+.filters input { flex: 1 1 280px; padding: 6px 8px; border: 1px solid var(--line); border-radius: 6px; }
+.filters select { padding: 5px 6px; border: 1px solid var(--line); border-radius: 6px;
+  background: var(--bg); }
+/* Fixed layout: column widths come from the header alone, so a thousand rows lay out in one quick pass. */
+table.groups { width: 100%; border-collapse: collapse; table-layout: fixed; }
+table.groups th.c-status { width: 88px; }
+table.groups th.c-grader { width: 92px; }
+table.groups th.c-n { width: 96px; }
+table.groups th.c-top { width: 22%; }
+table.groups th.c-spread { width: 76px; }
+table.groups th.c-flags { width: 20%; }
+table.groups th.c-seconds { width: 82px; }
+table.groups th.c-tokens { width: 84px; }
+table.groups th { position: sticky; top: 0; background: var(--soft); text-align: left; font-weight: 600;
+  border-bottom: 1px solid var(--line); padding: 0; white-space: nowrap; z-index: 1; }
+table.groups th button { all: unset; cursor: pointer; display: block; padding: 6px 8px; }
+table.groups th[aria-sort="ascending"] button::after { content: " \\25B2"; font-size: 10px; }
+table.groups th[aria-sort="descending"] button::after { content: " \\25BC"; font-size: 10px; }
+table.groups td { padding: 5px 8px; border-bottom: 1px solid var(--line); vertical-align: top;
+  overflow-wrap: anywhere; }
+table.groups td.num, table.groups th.num { text-align: right; }
+/* Rows off screen are not laid out until scrolled to: halves the first layout of a thousand-group table. */
+tr.row > td { content-visibility: auto; contain-intrinsic-size: auto 28px; }
+tr.row { cursor: pointer; }
+tr.row:hover, tr.row.open { background: #f0f6ff; }
+tr.row td.group a { color: var(--accent); text-decoration: none; font-weight: 600; }
+tr.row td.group a::before { content: "\\25B8  "; color: var(--muted); }
+tr.row.open td.group a::before { content: "\\25BE  "; }
+tr.detail > td { padding: 0 0 16px; background: #fbfcfd; }
+.status { display: inline-block; padding: 0 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
+  color: #fff; }
+.status.graded { background: var(--graded); }
+.status.skipped { background: var(--skipped); }
+.status.failed { background: var(--failed); }
+.chip { display: inline-block; padding: 0 6px; margin: 1px 3px 1px 0; border-radius: 4px; font-size: 12px;
+  background: #fff1e5; color: #953800; border: 1px solid #ffd8b5; }
+.chip.injection { background: var(--del); color: var(--del-fg); border-color: #ffcecb; font-weight: 600; }
+/* A detail row spans the table; bounding its content to the window keeps the page itself from scrolling
+   sideways, so only the candidates' row scrolls. */
+.group-body { padding: 8px 16px 0; border-left: 3px solid var(--accent); max-width: calc(100vw - 64px);
+  overflow-wrap: anywhere; }
+.meta { display: flex; flex-wrap: wrap; gap: 4px 18px; }
+.meta span b { font-weight: 600; }
+.alert { border: 1px solid #ffcecb; background: var(--del); color: var(--del-fg); border-radius: 6px;
+  padding: 6px 10px; margin: 8px 0; white-space: pre-wrap; }
+ol.ranking { margin: 0; padding-left: 26px; }
+ol.ranking li { margin: 4px 0; }
+ol.ranking .tid { font-weight: 600; }
+ol.ranking .why { color: var(--muted); margin-left: 6px; }
+svg.chart { display: block; max-width: 100%; height: auto; }
+svg.chart text { font-size: 12px; fill: var(--fg); }
+svg.chart text.value { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 11.5px; }
+svg.chart rect.before, svg.chart rect.swatch-before { fill: var(--before); }
+svg.chart rect.after, svg.chart rect.swatch-after { fill: var(--after); }
+svg.chart rect.after.neg { fill: var(--after-neg); }
+svg.chart line.axis { stroke: var(--fg); stroke-width: 1; }
+.cands { display: grid; grid-auto-flow: column; grid-auto-columns: minmax(420px, 1fr); gap: 12px;
+  align-items: start; overflow-x: auto; padding-bottom: 6px; }
+.cand { border: 1px solid var(--line); border-radius: 8px; background: var(--bg); min-width: 0;
+  display: flex; flex-direction: column; }
+.cand header { padding: 8px 10px; border-bottom: 1px solid var(--line); background: var(--soft);
+  border-radius: 8px 8px 0 0; }
+.cand header .tid { font-weight: 600; }
+.cand.failing header { background: #fff8f8; }
+.cand .facts { padding: 6px 10px; font-size: 13px; }
+.cand .facts div { margin: 2px 0; }
+.cand .rationale { padding: 0 10px 6px; font-style: italic; }
+.cand details { padding: 0 10px 6px; }
+.cand .note { padding: 6px 10px; }
+pre { margin: 0; white-space: pre-wrap; word-break: break-word; }
+pre.diff, pre.text { background: var(--soft); border-top: 1px solid var(--line); padding: 6px 0;
+  max-height: 560px; overflow: auto; }
+pre.diff span, pre.text span { display: block; padding: 0 10px; min-height: 1.4em; }
+pre.diff .add { background: var(--add); color: var(--add-fg); }
+pre.diff .del { background: var(--del); color: var(--del-fg); }
+pre.diff .hunk { background: var(--hunk); color: #0550ae; }
+pre.diff .meta { font-weight: 600; color: var(--muted); }
+.transcript { border-left: 2px solid var(--line); margin-left: 4px; }
+.step { padding: 4px 0 4px 12px; }
+.step .t { color: var(--muted); font-size: 12px; margin-right: 8px; font-variant-numeric: tabular-nums; }
+.step .title { font-weight: 600; }
+.step.problem .title { color: var(--failed); }
+.step.submitted .title { color: var(--graded); }
+.step > pre, .step > details { margin-top: 4px; }
+details.tool { border: 1px solid var(--line); border-radius: 6px; margin: 4px 0 4px 16px;
+  background: var(--bg); }
+details.tool > summary { cursor: pointer; padding: 4px 8px; }
+details.tool > summary .name { color: var(--accent); font-weight: 600; }
+details.tool.error > summary .name { color: var(--failed); }
+details.message > summary { cursor: pointer; color: var(--muted); }
+.empty { color: var(--muted); font-style: italic; padding: 12px 0; }
+"""
+
+JS = r"""
+"use strict";
+(() => {
+  const SVG = "http://www.w3.org/2000/svg";
+  const index = JSON.parse(document.getElementById("gagar-index").textContent);
+  const cache = new Map();
+
+  // Every node built from data goes through here: children are appended as nodes or as text, never parsed.
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children) if (child !== null && child !== undefined) node.append(child);
+    return node;
+  }
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+  const missing = (v) => v === null || v === undefined;
+  const signed = (v) => (missing(v) ? "-" : (v >= 0 ? "+" : "") + v.toFixed(4));
+  const fixed = (v, digits) => (missing(v) ? "-" : v.toFixed(digits));
+  const count = (v) => (missing(v) ? "-" : v.toLocaleString("en-US"));
+  const plural = (n, word, many) => `${count(n)} ${n === 1 ? word : many || word + "s"}`;
+  const chip = (flag) => el("span", { class: flag === "injection" ? "chip injection" : "chip", text: flag });
+
+  function group(i) {
+    if (!cache.has(i)) {
+      cache.set(i, JSON.parse(document.getElementById("gagar-group-" + i).textContent));
+    }
+    return cache.get(i);
+  }
+
+  // -- summary ---------------------------------------------------------------------------------------------
+  function card(title, ...children) {
+    return el("div", { class: "card" }, el("h4", { text: title }), ...children);
+  }
+  function list(items) {
+    return el("ul", null, ...items.map((item) => el("li", { text: item })));
+  }
+  function histogram(buckets) {
+    const width = 200, height = 44, bw = width / buckets.length, top = Math.max(1, ...buckets);
+    const root = svg("svg", { class: "hist", viewBox: `0 0 ${width} ${height + 12}`, width,
+      height: height + 12 });
+    buckets.forEach((n, b) => {
+      const h = (n / top) * height;
+      const bar = svg("rect", { x: b * bw + 1, y: height - h, width: bw - 2, height: h });
+      const range = `${(b / buckets.length).toFixed(1)}-${((b + 1) / buckets.length).toFixed(1)}`;
+      bar.append(svg("title", {}, `spread ${range}: ${plural(n, "group")}`));
+      root.append(bar);
+    });
+    root.append(svg("text", { x: 0, y: height + 11 }, "0"),
+      svg("text", { x: width - 6, y: height + 11 }, "1"));
+    return root;
+  }
+  function renderSummary() {
+    const s = index.summary, st = s.statuses;
+    document.getElementById("run").textContent =
+      `${index.run} · ${plural(s.groups, "group")} · generated ${index.generated}`;
+    const graders = s.graders.map(([name, n]) => `${name} (${n})`);
+    const models = s.models.map(([model, n]) => `model ${model} (${n})`);
+    const cost = s.requests
+      ? [plural(s.tokens, "token"), plural(s.requests, "request"), plural(s.retries, "retry", "retries"),
+        plural(s.tool_calls, "tool call")]
+      : ["no model calls"];
+    cost.push(`${s.seconds.toFixed(2)} s over all groups`);
+    if (s.slowest) cost.push(`slowest: ${s.slowest[1]} (${s.slowest[0].toFixed(2)} s)`);
+    const cards = [
+      card("Groups", el("div", { class: "big", text: String(s.groups) }),
+        el("div", { text: ["graded", "skipped", "failed"].map((k) => `${st[k] || 0} ${k}`).join(" · ") })),
+      card("Grader", list(graders.concat(models))),
+      card("Cost", list(cost)),
+    ];
+    if (s.spread) {
+      const p = s.spread;
+      cards.push(card("Weight spread (best - worst)",
+        el("div", { text: ["median", "min", "max"].map((k) => `${k} ${p[k].toFixed(3)}`).join(" · ") }),
+        histogram(s.spread_histogram)));
+    }
+    if (s.flags.length) {
+      const lines = s.flags.map(([name, c, g]) =>
+        `${name}: ${plural(c, "candidate")} in ${plural(g, "group")}`);
+      cards.push(card("Most frequent flags", list(lines)));
+    }
+    const times = ([reason, n]) => `${n} × ${reason}`;
+    if (s.failures.length) cards.push(card("Failures", list(s.failures.map(times))));
+    if (s.identity.length) cards.push(card("Left unchanged", list(s.identity.map(times))));
+    if (!index.patches) {
+      cards.push(card("Patches", el("div", { text: "not available: the run has no groups.jsonl" })));
+    }
+    document.getElementById("summary").append(...cards);
+  }
+
+  // -- the table of groups ---------------------------------------------------------------------------------
+  const COLUMNS = [
+    ["status", "status", false], ["id", "group", false], ["grader", "grader", false],
+    ["n", "candidates", true], ["top", "top candidate", false], ["spread", "spread", true],
+    ["flags", "flags", false], ["seconds", "seconds", true], ["tokens", "tokens", true],
+  ];
+  const rows = index.rows.map((data, i) => ({
+    data, i, tr: null, detail: null, open: false,
+    haystack: [data.id, data.status, data.grader, ...data.top, ...data.flags, data.reason]
+      .join(" ").toLowerCase(),
+  }));
+  const tbody = document.querySelector("#groups tbody");
+  let sortKey = null, sortDir = 1;
+
+  function buildRow(row) {
+    const d = row.data;
+    const link = el("a", { href: "#group=" + encodeURIComponent(d.id), text: d.id });
+    link.addEventListener("click", (event) => { event.preventDefault(); toggle(row); });
+    row.tr = el("tr", { class: "row", tabindex: 0, "data-group": d.id },
+      el("td", null, el("span", { class: "status " + d.status, text: d.status, title: d.reason || null })),
+      el("td", { class: "group" }, link),
+      el("td", { text: d.grader }),
+      el("td", { class: "num", text: String(d.n) }),
+      el("td", { text: d.top.join(", ") || "-" }),
+      el("td", { class: "num", text: fixed(d.spread, 3) }),
+      el("td", null, ...(d.flags.length ? d.flags.map(chip) : ["-"])),
+      el("td", { class: "num", text: d.seconds.toFixed(2) }),
+      el("td", { class: "num", text: d.tokens ? count(d.tokens) : "-" }));
+    row.tr.addEventListener("click", (event) => { if (!event.target.closest("a")) toggle(row); });
+    row.tr.addEventListener("keydown", (event) => { if (event.key === "Enter") toggle(row); });
+  }
+  function compare(a, b) {
+    const x = a.data[sortKey], y = b.data[sortKey];
+    if (x === y) return a.i - b.i;
+    if (missing(x)) return 1;  // missing values last, whichever the direction
+    if (missing(y)) return -1;
+    if (typeof x === "number") return (x - y) * sortDir;
+    return String(x).localeCompare(String(y)) * sortDir;
+  }
+  function layout() {
+    const ordered = sortKey ? rows.slice().sort(compare) : rows;
+    const fragment = document.createDocumentFragment();
+    for (const row of ordered) {
+      fragment.append(row.tr);
+      if (row.detail) fragment.append(row.detail);
+    }
+    tbody.replaceChildren(fragment);
+    applyFilter();
+  }
+  function applyFilter() {
+    const words = document.getElementById("filter").value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+    const status = document.getElementById("status-filter").value;
+    const grader = document.getElementById("grader-filter").value;
+    const flag = document.getElementById("flag-filter").value;
+    let shown = 0;
+    for (const row of rows) {
+      const d = row.data;
+      const visible = words.every((word) => row.haystack.includes(word)) && (!status || d.status === status)
+        && (!grader || d.grader === grader) && (!flag || d.flags.includes(flag));
+      row.tr.hidden = !visible;
+      if (row.detail) row.detail.hidden = !visible || !row.open;
+      shown += visible ? 1 : 0;
+    }
+    document.getElementById("shown").textContent = `${shown} of ${plural(rows.length, "group")}`;
+  }
+  function setupTable() {
+    const head = document.querySelector("#groups thead tr");
+    for (const [key, label, numeric] of COLUMNS) {
+      const button = el("button", { type: "button", text: label, title: "sort by " + label });
+      const th = el("th", { class: `c-${key}${numeric ? " num" : ""}`, "data-key": key }, button);
+      button.addEventListener("click", () => {
+        sortDir = sortKey === key ? -sortDir : numeric ? -1 : 1;  // numbers: biggest first on the first click
+        sortKey = key;
+        for (const other of head.children) other.removeAttribute("aria-sort");
+        th.setAttribute("aria-sort", sortDir > 0 ? "ascending" : "descending");
+        layout();
+      });
+      head.append(th);
+    }
+    const options = (id, values) => {
+      const select = document.getElementById(id);
+      for (const value of values) select.append(el("option", { value, text: value }));
+      select.addEventListener("change", applyFilter);
+    };
+    options("status-filter", ["graded", "skipped", "failed"]);
+    options("grader-filter", index.summary.graders.map(([name]) => name));
+    options("flag-filter", index.summary.flags.map(([name]) => name));
+    document.getElementById("filter").addEventListener("input", applyFilter);
+    rows.forEach(buildRow);
+    layout();
+  }
+
+  // -- one group, rendered when first opened ---------------------------------------------------------------
+  function toggle(row, open) {
+    row.open = open === undefined ? !row.open : open;
+    if (row.open && !row.detail) {
+      const cell = el("td", { colspan: COLUMNS.length }, renderGroup(group(row.i)));
+      row.detail = el("tr", { class: "detail" }, cell);
+      row.tr.after(row.detail);
+    }
+    row.tr.classList.toggle("open", row.open);
+    if (row.detail) row.detail.hidden = !row.open || row.tr.hidden;
+    if (row.open) history.replaceState(null, "", "#group=" + encodeURIComponent(row.data.id));
+  }
+  const DIFF = /^(diff --git |--- a\/|@@ -\d)/m;
+  const DIFF_META = /^(diff |index |--- |\+\+\+ |new file|deleted file|similarity|rename |old mode|new mode)/;
+  function textBlock(text) {
+    const diff = DIFF.test(text);
+    const pre = el("pre", { class: diff ? "diff" : "text" });
+    for (const line of text.split("\n")) {
+      let cls = null;
+      if (diff) {
+        if (DIFF_META.test(line)) cls = "meta";
+        else if (line.startsWith("@@")) cls = "hunk";
+        else if (line.startsWith("+")) cls = "add";
+        else if (line.startsWith("-")) cls = "del";
+      }
+      pre.append(el("span", { class: cls }, line));
+    }
+    return pre;
+  }
+  function section(title, ...children) {
+    return [el("h3", { text: title }), ...children.filter((child) => !missing(child))];
+  }
+  function fact(name, value) {
+    return missing(value) ? null : el("span", null, el("b", { text: name + " " }), String(value));
+  }
+  function renderGroup(g) {
+    const body = el("div", { class: "group-body", "data-group": g.id });
+    const usage = g.usage.map(([k, v]) => `${k} ${count(v)}`).join(", ") || null;
+    body.append(el("div", { class: "meta" }, el("span", { class: "status " + g.status, text: g.status }),
+      fact("grader", g.grader), fact("model", g.model), fact("seed", g.seed),
+      fact("confidence", g.confidence),
+      fact("time", g.seconds.toFixed(2) + " s"), fact("usage", usage)));
+    if (g.reason) body.append(el("p", null, el("b", { text: "reason: " }), g.reason));
+    if (g.redistribution) body.append(el("p", null, el("b", { text: "redistribution: " }), g.redistribution));
+    for (const [tid, lines] of g.flags) {
+      body.append(el("div", { class: "alert", text: `injection flagged in ${tid}:\n${lines.join("\n")}` }));
+    }
+    if (g.ranking.length) body.append(...section("Ranking", ranking(g)));
+    body.append(...section("Advantages before and after", chart(g)));
+    const note = g.patch_note ? el("p", { class: "note", text: g.patch_note }) : null;
+    body.append(...section("Candidates", note, candidates(g)));
+    if (g.transcript !== null || g.transcript_note) body.append(...section("Transcript", transcript(g)));
+    return body;
+  }
+  function ranking(g) {
+    const byId = new Map(g.candidates.map((c) => [c.id, c]));
+    const member = (tid, k) => {
+      const c = byId.get(tid) || {};
+      return [k ? el("br") : null, el("span", { class: "tid", text: tid }),
+        el("span", { class: "muted", text: missing(c.weight) ? "" : `  weight ${c.weight.toFixed(3)}` }),
+        c.rationale ? el("span", { class: "why", text: "— " + c.rationale }) : null];
+    };
+    const tiers = g.ranking.map((tier) => el("li", null, ...tier.flatMap(member)));
+    return el("ol", { class: "ranking" }, ...tiers);
+  }
+  function chart(g) {
+    const items = g.candidates.filter((c) => !missing(c.before) || !missing(c.after));
+    if (!items.length) return el("p", { class: "empty", text: "no advantages recorded" });
+    const values = items.flatMap((c) => [c.before, c.after]).filter((v) => !missing(v));
+    const max = Math.max(1e-9, ...values.map(Math.abs));
+    const negative = values.some((v) => v < 0);
+    const labelW = 190, barW = 440, valueW = 170, rowH = 36, top = 28;
+    const zero = labelW + (negative ? barW / 2 : 0), scale = (negative ? barW / 2 : barW) / max;
+    const width = labelW + barW + valueW, height = top + items.length * rowH + 6;
+    const root = svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, width, height,
+      role: "img" });
+    root.append(svg("title", {}, "advantages before (grey) and after (blue) redistribution"),
+      svg("rect", { class: "swatch-before", x: labelW, y: 6, width: 12, height: 10 }),
+      svg("text", { x: labelW + 16, y: 15 }, "before"),
+      svg("rect", { class: "swatch-after", x: labelW + 80, y: 6, width: 12, height: 10 }),
+      svg("text", { x: labelW + 96, y: 15 }, "after"));
+    const bar = (value, y, cls) => {
+      const w = Math.abs(value) * scale;
+      const rect = svg("rect", { class: value < 0 ? cls + " neg" : cls, x: value < 0 ? zero - w : zero, y,
+        width: Math.max(w, 1), height: 12 });
+      rect.append(svg("title", {}, signed(value)));
+      return rect;
+    };
+    items.forEach((c, k) => {
+      const y = top + k * rowH;
+      const label = c.id.length > 26 ? c.id.slice(0, 25) + "…" : c.id;
+      root.append(svg("text", { x: labelW - 8, y: y + 18, "text-anchor": "end" }, label));
+      if (!missing(c.before)) root.append(bar(c.before, y + 3, "before"));
+      if (!missing(c.after)) root.append(bar(c.after, y + 17, "after"));
+      const change = `${signed(c.before)} → ${signed(c.after)}`;
+      root.append(svg("text", { class: "value", x: labelW + barW + 10, y: y + 18 }, change));
+    });
+    root.append(svg("line", { class: "axis", x1: zero, x2: zero, y1: top - 2, y2: height - 4 }));
+    return root;
+  }
+  function candidates(g) {
+    const box = el("div", { class: "cands" });
+    for (const c of g.candidates) {
+      const s = c.stats;
+      const lists = s ? [["new", s.new], ["deleted", s.deleted], ["renamed", s.renamed], ["tests", s.tests],
+        ["binary", s.binary]].filter(([, files]) => files.length) : [];
+      const facts = el("div", { class: "facts" },
+        el("div", null, el("b", { text: "apply " }), c.apply || "-",
+          missing(c.patch_class) ? "" : `  · class ${c.patch_class}`),
+        c.error ? el("div", { class: "alert", text: c.error }) : null,
+        s ? el("div", null, el("b", { text: "files " }), s.files.join(", ") || "-") : null,
+        s ? el("div", null, el("b", { text: "lines " }), `+${s.added} −${s.removed}`,
+          ...lists.map(([name, files]) => `  · ${name}: ${files.join(", ")}`)) : null,
+        c.fired.length ? el("div", null, ...c.fired.map(chip)) : null);
+      const standing = (c.rank ? `  rank ${c.rank}` : "")
+        + (missing(c.weight) ? "" : `  · weight ${c.weight.toFixed(3)}`);
+      const header = el("header", null, el("span", { class: "tid", text: c.id }), "  ",
+        c.passed ? el("span", { class: "status graded", text: "passed" })
+          : el("span", { class: "status failed", text: "failed" }),
+        el("span", { class: "muted", text: standing }));
+      const signals = c.signals.length ? el("details", null, el("summary", { text: "all signals" }),
+        el("pre", { class: "text" }, ...c.signals.map(([k, v]) => el("span", { text: `${k}: ${v}` }))))
+        : null;
+      let patch;
+      if (c.patch === null) patch = el("div", { class: "note", text: "patch not available" });
+      else if (!c.patch.trim()) patch = el("div", { class: "note", text: "(empty patch)" });
+      else patch = textBlock(c.patch);
+      const rationale = c.rationale ? el("div", { class: "rationale", text: c.rationale }) : null;
+      box.append(el("div", { class: c.passed ? "cand" : "cand failing", "data-trajectory": c.id },
+        header, facts, rationale, signals, patch));
+    }
+    return box;
+  }
+  function transcript(g) {
+    if (g.transcript === null) return el("p", { class: "empty", text: g.transcript_note });
+    const box = el("div", { class: "transcript" });
+    for (const step of g.transcript) {
+      const node = el("div", { class: `step ${step.kind}${step.problem ? " problem" : ""}` },
+        el("span", { class: "t", text: missing(step.t) ? "" : step.t.toFixed(3) + " s" }),
+        el("span", { class: "title", text: step.title }));
+      const shared = !missing(step.body) && typeof step.body === "object";
+      const text = shared ? index.texts[step.body.text] : step.body;
+      if (text) {
+        // Prompts are long and alike from group to group: folded. What the model said is shown.
+        if (step.kind === "system" || step.kind === "user") {
+          const summary = el("summary", { text: "show message" });
+          node.append(el("details", { class: "message" }, summary, textBlock(text)));
+        } else node.append(textBlock(text));
+      }
+      for (const call of step.calls) {
+        const timing = (missing(call.seconds) ? "" : `  ${call.seconds.toFixed(3)} s`)
+          + (call.error ? "  error" : "");
+        const summary = el("summary", null, "→ ", el("span", { class: "name", text: call.name }),
+          el("span", { class: "mono", text: `(${call.arguments})` }),
+          el("span", { class: "muted", text: timing }));
+        const result = call.result === null ? el("p", { class: "empty", text: "no result recorded" })
+          : textBlock(call.result);
+        const tool = { class: call.error ? "tool error" : "tool", "data-tool": call.name };
+        node.append(el("details", tool, summary, result));
+      }
+      box.append(node);
+    }
+    return box;
+  }
+
+  // -- #group=<id> opens that group, so a link (or a headless browser) can land on it -----------------------
+  function openFromHash() {
+    const match = /^#group=(.*)$/.exec(location.hash);
+    if (!match) return;
+    let id;
+    try {
+      id = decodeURIComponent(match[1]);
+    } catch (error) {
+      return;  // a hand-edited, malformed fragment: open nothing
+    }
+    const row = rows.find((r) => r.data.id === id);
+    if (!row) return;
+    if (row.tr.hidden) {
+      for (const input of document.querySelectorAll(".filters input, .filters select")) input.value = "";
+      applyFilter();
+    }
+    toggle(row, true);
+    const top = row.tr.getBoundingClientRect().top;
+    if (top < 0 || top > window.innerHeight - 120) row.tr.scrollIntoView({ block: "start" });
+  }
+
+  renderSummary();
+  setupTable();
+  if (!rows.length) {
+    document.getElementById("groups").after(el("p", { class: "empty", text: "this run has no groups" }));
+  }
+  window.addEventListener("hashchange", openFromHash);
+  openFromHash();
+})();
+"""

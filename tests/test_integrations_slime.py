@@ -1,0 +1,106 @@
+"""slime adapter, against a reproduction of slime's reward post-processing (slime is not on PyPI)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the integrations extra is not installed")
+from grader.integrations import slime  # noqa: E402
+
+
+@dataclass
+class Sample:
+    """The parts of slime's Sample the adapter reads."""
+
+    reward: float
+    response_length: int = 10
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def get_reward_value(self, args: Any) -> float:
+        return self.reward
+
+
+def args(**overrides: Any) -> SimpleNamespace:
+    defaults = dict(
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        n_samples_per_prompt=4,
+        rollout_batch_size=2,
+    )
+    return SimpleNamespace(**{**defaults, **overrides})
+
+
+REWARDS = [1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def slime_default(a: SimpleNamespace, rewards: list[float]) -> list[float]:
+    """slime's own GRPO normalization, as _post_process_rewards computes it (reproduced)."""
+    matrix, _ = slime.slime_rewards(a, rewards)
+    return matrix.flatten().tolist()
+
+
+def test_uniform_weights_return_slimes_rewards_exactly() -> None:
+    samples = [Sample(r) for r in REWARDS]
+    raw, rewards = slime.reward_post_process(args(), samples)
+    assert raw == REWARDS
+    assert rewards == slime_default(args(), REWARDS)
+    expected = torch.tensor(REWARDS).reshape(2, 4)
+    expected = expected - expected.mean(-1, keepdim=True)
+    expected = expected / (expected.std(-1, keepdim=True) + 1e-6)
+    assert rewards == expected.flatten().tolist()
+
+
+def test_metadata_weights_redistribute_and_keep_the_sum() -> None:
+    weights = [1.0, 0.5, 1.0, 0.75, 1.0, 1.0, 1.0, 1.0]
+    samples = [Sample(r, metadata={slime.WEIGHT_KEY: w}) for r, w in zip(REWARDS, weights, strict=True)]
+    _, rewards = slime.reward_post_process(args(), samples)
+    before = slime_default(args(), REWARDS)
+    passing = [0, 1, 3]
+    assert sum(rewards[i] for i in passing) == pytest.approx(sum(before[i] for i in passing), rel=1e-6)
+    assert rewards[1] < rewards[3] < rewards[0]
+    assert rewards[2] == before[2] and rewards[4:] == before[4:]
+
+
+def test_weights_fn_nested_samples_and_token_preserve() -> None:
+    seen = {}
+
+    def weights_fn(group_ids: np.ndarray, passed: np.ndarray, samples: list[Sample]) -> np.ndarray:
+        seen.update(groups=group_ids.tolist(), passed=passed.tolist(), n=len(samples))
+        return np.array([1.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+
+    lengths = [10, 30, 5, 20, 7, 7, 7, 7]
+    nested = [[Sample(r, response_length=n) for r, n in zip(REWARDS[:4], lengths[:4], strict=True)]] + [
+        [Sample(r, response_length=n) for r, n in zip(REWARDS[4:], lengths[4:], strict=True)]
+    ]
+    post = slime.make_reward_post_process(weights_fn, preserve="token")
+    _, rewards = post(args(), nested)
+    assert seen == {"groups": [0, 0, 0, 0, 1, 1, 1, 1], "passed": [r >= 1 for r in REWARDS], "n": 8}
+    before = slime_default(args(), REWARDS)
+    token_sum = lambda values: sum(values[i] * lengths[i] for i in (0, 1, 3))  # noqa: E731
+    assert token_sum(rewards) == pytest.approx(token_sum(before), rel=1e-6)
+
+
+def test_non_grpo_estimators_pass_through() -> None:
+    samples = [Sample(r, metadata={slime.WEIGHT_KEY: 0.5}) for r in REWARDS]
+    for a in (
+        args(rewards_normalization=False),
+        args(advantage_estimator="rloo"),
+        args(advantage_estimator="ppo"),
+    ):
+        assert slime.reward_post_process(a, samples)[1] == slime_default(a, REWARDS)
+    # A batch whose size is not n_samples_per_prompt * rollout_batch_size is one group, as in slime.
+    assert slime.slime_rewards(args(), REWARDS[:6])[0].shape == (1, 6)
+
+
+def test_dynamic_filter_keeps_mixed_groups() -> None:
+    keep = slime.keep_mixed_groups
+    assert keep(args(), [Sample(1.0), Sample(0.0)]) is True
+    assert keep(args(), [Sample(1.0), Sample(1.0)]) is False
+    assert keep(args(), [[Sample(0.0), Sample(0.0)], [Sample(1.0)]]) is True
+    assert slime.make_dynamic_filter(0.5)(args(), [Sample(0.6), Sample(0.4)]) is True

@@ -1,0 +1,168 @@
+"""TRL adapter: against the real GRPOTrainer on a tiny random model (CPU); groups spanning processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the integrations extra is not installed")
+pytest.importorskip("trl", reason="trl is not installed (pip install 'gagar[integrations]')")
+from grader.integrations.trl import Collectives, GagarGRPOTrainer, redistribute_gathered  # noqa: E402
+from grader.redistribute import redistribute_batch  # noqa: E402
+
+G = 4  # num_generations
+
+
+def simulate(full: Any, rewards: Any, n_processes: int, weights_fn: Callable[..., Any]) -> list[Any]:
+    """Run redistribute_gathered as each of n_processes would, with collectives over the full batch."""
+    n_local = full.shape[0] // n_processes
+    local = lambda p: slice(p * n_local, (p + 1) * n_local)  # noqa: E731
+    completions = [f"completion {i}" for i in range(full.shape[0])]
+    main_weights: list[Any] = []
+    outputs = []
+    for p in range(n_processes):
+
+        def broadcast(value: Any, p: int = p) -> Any:
+            if p == 0:
+                main_weights.append(value)
+            return main_weights[0]
+
+        collectives = Collectives(
+            process_index=p,
+            is_main_process=p == 0,
+            gather=lambda tensor: full,
+            gather_object=lambda values: completions if values[0].startswith("completion") else values,
+            broadcast_object=broadcast,
+        )
+        new, _ = redistribute_gathered(
+            full[local(p)], rewards, G, {"completions": completions[local(p)]}, weights_fn, collectives
+        )
+        outputs.append(new)
+    return outputs
+
+
+def test_group_spanning_two_processes_is_weighted_as_a_whole() -> None:
+    # 3 groups of 4 over 2 processes with 6 samples each: group 1 is samples 4-7, split 4-5 | 6-7.
+    passed = np.array([1, 0, 1, 0, 1, 1, 0, 1, 1, 1, 0, 0], dtype=bool)
+    rewards = torch.tensor(passed, dtype=torch.float32)[:, None]
+    grouped = rewards.view(-1, G)
+    full = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).reshape(-1)
+    weights = np.array([1.0, 1, 0.5, 1, 1.0, 0.5, 1, 0.75, 1.0, 0.6, 1, 1])
+    calls = []
+
+    def weights_fn(group_ids: np.ndarray, flags: np.ndarray, batch: dict[str, list[str]]) -> np.ndarray:
+        calls.append(len(batch["completions"]))
+        return weights
+
+    outputs = simulate(full, rewards, 2, weights_fn)
+    assert calls == [12]  # once, on the main process, over the whole gathered batch
+    expected, _ = redistribute_batch(full.numpy(), np.arange(12) // G, passed, weights)
+    np.testing.assert_allclose(torch.cat(outputs).numpy(), expected, rtol=1e-6)
+    # Weighting each process's part of group 1 on its own would have kept each part's sum instead.
+    passing = [4, 5, 7]
+    assert torch.cat(outputs)[passing].sum().item() == pytest.approx(full[passing].sum().item(), rel=1e-6)
+    assert outputs[0][5] < outputs[1][1] < outputs[0][4]
+    uniform = simulate(full, rewards, 2, lambda g, p, b: np.ones(12))
+    assert torch.equal(torch.cat(uniform), full)
+
+
+# ------------------------------------------------------------------------------------------
+# The real GRPOTrainer
+# ------------------------------------------------------------------------------------------
+
+PASS_PATTERN = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+
+
+def passes_tests(completions: list[Any], **kwargs: Any) -> list[float]:
+    """A stand-in for test execution: a fixed pass pattern, so both groups are mixed."""
+    return PASS_PATTERN[: len(completions)]
+
+
+def tiny_trainer(tmp_path: Path, weights_fn: Callable[..., Any]) -> GagarGRPOTrainer:
+    from datasets import Dataset
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from trl import GRPOConfig
+
+    words = ["[PAD]", "[UNK]", "[EOS]", "fix", "the", "bug", "in", "stock", "py", "return", "total"]
+    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]", unk_token="[UNK]"
+    )
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+    )
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=G,
+        max_completion_length=4,
+        max_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
+    )
+    dataset = Dataset.from_list([{"prompt": "fix the bug in stock py"}, {"prompt": "return the total"}] * 4)
+    return GagarGRPOTrainer(
+        model=LlamaForCausalLM(config),
+        reward_funcs=[passes_tests],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        weights_fn=weights_fn,
+    )
+
+
+@pytest.fixture
+def batch() -> list[dict[str, str]]:
+    return [{"prompt": p} for p in ["fix the bug in stock py"] * G + ["return the total"] * G]
+
+
+def test_real_trainer_uniform_weights_give_trls_advantages(
+    tmp_path: Path, batch: list[dict[str, str]]
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def weights_fn(group_ids: np.ndarray, passed: np.ndarray, gathered: dict[str, list[Any]]) -> np.ndarray:
+        seen.append(
+            {"groups": group_ids.tolist(), "passed": passed.tolist(), "n": len(gathered["completions"])}
+        )
+        return np.ones(len(passed))
+
+    trainer = tiny_trainer(tmp_path, weights_fn)
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(batch)
+    trls_own = torch.tensor(list(trainer._logs["advantages"]), dtype=output["advantages"].dtype)
+    assert torch.equal(output["advantages"], trls_own)
+    assert seen == [{"groups": [0] * 4 + [1] * 4, "passed": [p >= 1 for p in PASS_PATTERN], "n": 8}]
+
+
+def test_real_trainer_weights_redistribute(tmp_path: Path, batch: list[dict[str, str]]) -> None:
+    weights = np.array([1.0, 0.5, 1.0, 0.75, 1.0, 1.0, 1.0, 1.0])
+    trainer = tiny_trainer(tmp_path, lambda g, p, b: weights)
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(batch)
+    trls_own = np.array(list(trainer._logs["advantages"]))
+    expected, reasons = redistribute_batch(trls_own, np.arange(8) // G, np.array(PASS_PATTERN) >= 1, weights)
+    np.testing.assert_allclose(output["advantages"].numpy(), expected, rtol=1e-6)
+    assert output["advantages"][1] < output["advantages"][3] < output["advantages"][0]
+    assert trainer.gagar_unchanged == reasons == {1: "uniform weights"}
+    # And a whole training step runs through the subclass.
+    trainer.train()

@@ -1,0 +1,127 @@
+"""verl adapter, against the real verl package: its compute_advantage, DataProto and GRPO estimator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grader.redistribute import redistribute_batch
+
+torch = pytest.importorskip("torch", reason="the integrations extra is not installed")
+ray_trainer = pytest.importorskip(
+    "verl.trainer.ppo.ray_trainer", reason="verl is not installed (pip install 'gagar[integrations]')"
+)
+from verl import DataProto  # noqa: E402
+
+from grader.integrations import verl as gagar_verl  # noqa: E402
+
+RESPONSE_LENGTH = 6
+
+
+def make_batch(scores: list[float], uids: list[str], lengths: list[int]) -> DataProto:
+    """A verl batch as its reward step leaves it: the score on the last response token, zeros elsewhere."""
+    bs = len(scores)
+    mask = torch.zeros(bs, RESPONSE_LENGTH, dtype=torch.float32)
+    token_scores = torch.zeros(bs, RESPONSE_LENGTH, dtype=torch.float32)
+    for row, (score, length) in enumerate(zip(scores, lengths, strict=True)):
+        mask[row, :length] = 1
+        token_scores[row, length - 1] = score
+    return DataProto.from_dict(
+        tensors={
+            "response_mask": mask,
+            "token_level_scores": token_scores,
+            "token_level_rewards": token_scores.clone(),
+        },
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
+
+
+SCORES = [1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+UIDS = ["a", "a", "a", "a", "b", "b", "b", "b"]
+LENGTHS = [6, 3, 5, 2, 4, 6, 1, 3]
+
+
+def weights_by_row(values: list[float]):
+    return lambda uids, passed, data: np.array(values)
+
+
+def test_uniform_weights_return_exactly_verls_grpo() -> None:
+    expected = ray_trainer.compute_advantage(make_batch(SCORES, UIDS, LENGTHS), adv_estimator="grpo")
+    wrapped = gagar_verl.wrap_compute_advantage(ray_trainer.compute_advantage, weights_by_row([1.0] * 8))
+    got = wrapped(make_batch(SCORES, UIDS, LENGTHS), adv_estimator="grpo")
+    assert torch.equal(got.batch["advantages"], expected.batch["advantages"])
+    assert torch.equal(got.batch["returns"], expected.batch["returns"])
+
+
+def test_weights_redistribute_verls_advantages() -> None:
+    weights = [1.0, 0.5, 1.0, 0.75, 1.0, 1.0, 1.0, 1.0]
+    seen: list[dict] = []
+    wrapped = gagar_verl.wrap_compute_advantage(
+        ray_trainer.compute_advantage, weights_by_row(weights), on_unchanged=seen.append
+    )
+    base = ray_trainer.compute_advantage(make_batch(SCORES, UIDS, LENGTHS), adv_estimator="grpo")
+    got = wrapped(make_batch(SCORES, UIDS, LENGTHS), adv_estimator="grpo")
+    advantages = got.batch["advantages"]
+    assert advantages.shape == (8, RESPONSE_LENGTH) and advantages.dtype == torch.float32
+    mask = base.batch["response_mask"].numpy()
+    expected, reasons = redistribute_batch(
+        base.batch["advantages"].numpy(), np.array(UIDS), np.array(SCORES) >= 1, np.array(weights), mask
+    )
+    np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-6)
+    assert torch.equal(got.batch["returns"], advantages)
+    # Group a: sum of passing sequence advantages kept; failing row and padding untouched.
+    seq = lambda t: (t * mask).sum(1) / mask.sum(1)  # noqa: E731
+    before, after = seq(base.batch["advantages"].numpy()), seq(advantages.numpy())
+    passing_a = [0, 1, 3]
+    assert after[passing_a].sum() == pytest.approx(before[passing_a].sum(), rel=1e-6)
+    assert after[1] < after[0]
+    assert torch.equal(advantages[2], base.batch["advantages"][2])
+    assert torch.all(advantages[mask == 0] == 0)
+    # Group b has one passing row: uniform weights, unchanged.
+    assert seen == [{"b": "uniform weights"}] == [reasons]
+
+
+def test_other_estimators_pass_through() -> None:
+    wrapped = gagar_verl.wrap_compute_advantage(ray_trainer.compute_advantage, weights_by_row([0.5] * 8))
+    expected = ray_trainer.compute_advantage(make_batch(SCORES, UIDS, LENGTHS), adv_estimator="rloo")
+    got = wrapped(make_batch(SCORES, UIDS, LENGTHS), adv_estimator="rloo")
+    assert torch.equal(got.batch["advantages"], expected.batch["advantages"])
+
+
+def test_install_patches_both_trainers_and_undoes() -> None:
+    original = ray_trainer.compute_advantage
+    uninstall = gagar_verl.install(weights_by_row([1.0, 0.5, 1.0, 0.75, 1.0, 1.0, 1.0, 1.0]))
+    try:
+        assert ray_trainer.compute_advantage is not original
+        data = ray_trainer.compute_advantage(make_batch(SCORES, UIDS, LENGTHS), adv_estimator="grpo")
+        assert data.batch["advantages"][1, 0] < data.batch["advantages"][0, 0]
+        v1 = pytest.importorskip("verl.trainer.ppo.v1.utils")
+        assert v1.compute_advantage is not original
+        # Installing twice wraps verl's function once, not the wrapper.
+        gagar_verl.install(weights_by_row([1.0] * 8))()
+    finally:
+        uninstall()
+    assert ray_trainer.compute_advantage is original
+
+
+def test_bf16_advantages_keep_dtype() -> None:
+    data = ray_trainer.compute_advantage(make_batch(SCORES, UIDS, LENGTHS), adv_estimator="grpo")
+    data.batch["advantages"] = data.batch["advantages"].to(torch.bfloat16)
+    data.batch["returns"] = data.batch["advantages"]
+    gagar_verl.redistribute_data(data, np.array([1.0, 0.5, 1.0, 0.75, 1.0, 1.0, 1.0, 1.0]))
+    assert data.batch["advantages"].dtype == torch.bfloat16
+    assert data.batch["advantages"][1, 0] < data.batch["advantages"][0, 0]
+
+
+def test_pass_flag_reward_and_mixed_rows_match_dapo_filter() -> None:
+    score = gagar_verl.with_pass_flag(lambda data_source, solution_str, ground_truth, extra_info=None: 1.0)
+    assert score("swe", "patch", None) == {"score": 1.0, "acc": 1.0}
+    partial = gagar_verl.with_pass_flag(lambda *a, **k: {"score": 0.3, "tests": 3})
+    assert partial("swe", "patch", None) == {"score": 0.3, "tests": 3, "acc": 0.0}
+    data = make_batch(SCORES, UIDS, LENGTHS)
+    data.non_tensor_batch["acc"] = np.array([float(s >= 1) for s in SCORES] + [], dtype=object)
+    keep = gagar_verl.mixed_rows(data)
+    # verl's DAPO filter evicts a group whose metric has zero std: for 0/1 acc, exactly the unmixed ones.
+    dapo_keep = {u: np.std([a for v, a in zip(UIDS, SCORES, strict=True) if v == u]) != 0 for u in set(UIDS)}
+    assert keep.tolist() == [dapo_keep[u] for u in UIDS]
+    assert len(data.select_idxs(keep)) == int(keep.sum())
