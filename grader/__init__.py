@@ -2,16 +2,19 @@
 
 The public API. Load groups, grade them, redistribute advantages:
 
-    from grader import load_groups, get_grader, grade_group
-    for group in load_groups(["examples/inventory_group.json"]):
-        result = grade_group(group, get_grader("heuristic"))
+    from grader import get_grader, grade_groups, load_groups
+    for result in grade_groups(load_groups(["examples/inventory_group.json"]), get_grader("heuristic")):
         print(result.ranking, result.advantages_after)
+
+In asyncio code, `await grade_group(group, grader)` grades one group without blocking the loop.
 """
 
 from grader.formats import LoadError, import_swebench, load_group_file, load_groups, parse_group
 from grader.graders import Grade, Grader, GradingFailed, get_grader
-from grader.models import Group, GroupResult, Task, Trajectory
-from grader.pipeline import GradingOptions, grade_group, grade_groups, write_results
+from grader.cache import GradeCache
+from grader.concurrency import Concurrency
+from grader.models import Group, GroupGrade, GroupResult, Task, Trajectory
+from grader.pipeline import GradingOptions, grade_group, grade_group_sync, grade_groups, write_results
 from grader.ranking import InvalidRanking, validate_ranking
 from grader.redistribute import (
     is_mixed_group,
@@ -25,11 +28,14 @@ from grader.workspace import Workspace, WorkspaceError, open_workspace
 __version__ = "0.1.0"
 
 __all__ = [
+    "Concurrency",
     "Grade",
+    "GradeCache",
     "Grader",
     "GradingFailed",
     "GradingOptions",
     "Group",
+    "GroupGrade",
     "GroupResult",
     "InvalidRanking",
     "LoadError",
@@ -39,6 +45,7 @@ __all__ = [
     "WorkspaceError",
     "get_grader",
     "grade_group",
+    "grade_group_sync",
     "grade_groups",
     "import_swebench",
     "is_mixed_group",

@@ -162,3 +162,7 @@ class GroupResult(BaseModel):
     transcript: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
     seconds: float = 0.0
+
+
+GroupGrade = GroupResult
+"""What `grade_group` returns: the result line of one group (the same model as a results.jsonl line)."""

@@ -80,7 +80,7 @@ def passthrough(
     )
 
 
-def grade_group(
+def grade_group_sync(
     item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
 ) -> GroupResult:
     """Grade one group (or report why a file entry is not a group). Never raises for bad input."""
@@ -205,12 +205,12 @@ def grade_indexed(
     options = options or GradingOptions()
     if workers <= 1:
         for index, item in enumerate(items):
-            yield index, grade_group(item, grader, options)
+            yield index, grade_group_sync(item, grader, options)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gagar-grade") as pool:
-        futures = {pool.submit(grade_group, item, grader, options): i for i, item in enumerate(items)}
+        futures = {pool.submit(grade_group_sync, item, grader, options): i for i, item in enumerate(items)}
         for future in as_completed(futures):
-            yield futures[future], future.result()  # grade_group never raises for a group's own problems
+            yield futures[future], future.result()  # grade_group_sync never raises for a group's own problems
 
 
 def grade_groups(
@@ -232,11 +232,11 @@ def grade_groups(
     return [results[i] for i in sorted(results)]
 
 
-async def grade_group_async(
+async def grade_group(
     item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
 ) -> GroupResult:
-    """`grade_group` for asyncio code: runs in a worker thread, never blocks the event loop."""
-    return await asyncio.to_thread(grade_group, item, grader, options)
+    """`grade_group_sync` for asyncio code: runs in a worker thread, never blocks the event loop."""
+    return await asyncio.to_thread(grade_group_sync, item, grader, options)
 
 
 def write_results(results: Iterable[GroupResult], out_dir: Path | str) -> Path:

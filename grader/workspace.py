@@ -208,18 +208,21 @@ class Workspace:
         changed = [c for c in self.candidates.values() if c.commit and c.commit != self.base_commit]
         if not changed:
             return
-        proc = git(
-            ["diff-tree", "--stdin", "-p", "-M", "--full-index", "--no-color"],
-            git_dir=self.git_dir,
-            input="".join(f"{commit}\n" for commit in dict.fromkeys(c.commit for c in changed)).encode(),
-        )
-        diffs = _split_diff_tree(proc.stdout.decode("utf-8", "surrogateescape"), [c.commit for c in changed])
+        parsed = {
+            c.trajectory_id: patches.parse(self.group.trajectory(c.trajectory_id).patch) for c in changed
+        }
+        # A move is a rename in one patch and a deletion plus an addition in another (`git diff --no-renames`,
+        # `diff -ruN`): compare each patch with the branch diff in its own form, and key every class on the
+        # rename-free form, so that the same tree is the same class however the patch spelled it.
+        renaming = [c for c in changed if any(f.is_rename for f in parsed[c.trajectory_id])]
+        plain = self._branch_diffs([c.commit or "" for c in changed], ["--no-renames"])
+        moved = self._branch_diffs([c.commit or "" for c in renaming], ["-M"]) if renaming else {}
         for c in changed:
-            trajectory = self.group.trajectory(c.trajectory_id)
             loose = c.apply_method != "plain"
-            expected = patches.changes(patches.parse(trajectory.patch), normalize_whitespace=loose)
-            branch_diff = patches.parse(diffs.get(c.commit or "", ""))
-            actual = patches.changes(branch_diff, normalize_whitespace=loose)
+            expected = patches.changes(parsed[c.trajectory_id], normalize_whitespace=loose)
+            plain_diff = patches.parse(plain.get(c.commit or "", ""))
+            own_form = patches.parse(moved[c.commit or ""]) if c.commit in moved else plain_diff
+            actual = patches.changes(own_form, normalize_whitespace=loose)
             if expected != actual:
                 c.error = (
                     f"branch diff differs from the patch as applied ({c.apply_method}): "
@@ -227,13 +230,23 @@ class Workspace:
                 )
                 c.commit = None
                 continue
-            c.equivalence_key = patches.equivalence_key(branch_diff) + self._binary_ids(c, branch_diff)
+            c.equivalence_key = patches.equivalence_key(plain_diff) + self._binary_ids(c, plain_diff)
+
+    def _branch_diffs(self, commits: list[str], flags: list[str]) -> dict[str, str]:
+        """Each commit's diff against its parent, from one `git diff-tree` process."""
+        proc = git(
+            ["diff-tree", "--stdin", "-p", *flags, "--full-index", "--no-color"],
+            git_dir=self.git_dir,
+            input="".join(f"{commit}\n" for commit in dict.fromkeys(commits)).encode(),
+        )
+        return _split_diff_tree(proc.stdout.decode("utf-8", "surrogateescape"), commits)
 
     def _binary_ids(self, c: Candidate, branch_diff) -> str:
-        binaries = [patches.stats(branch_diff).binary_files]
-        if not binaries[0]:
+        """A digest of the branch's binary blobs: their diffs carry no content to compare."""
+        binaries = patches.stats(branch_diff).binary_files
+        if not binaries:
             return ""
-        listing = out(["ls-tree", "-r", c.commit or "", "--", *binaries[0]], git_dir=self.git_dir)
+        listing = out(["ls-tree", "-r", c.commit or "", "--", *binaries], git_dir=self.git_dir)
         return hashlib.sha256(listing.encode()).hexdigest()
 
     def _classify(self) -> None:

@@ -12,7 +12,7 @@ from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
 from grader.graders.llm import Budgets, LLMGrader
 from grader.models import Group
-from grader.pipeline import GradingOptions, grade_group, grade_group_async, grade_groups
+from grader.pipeline import GradingOptions, grade_group_sync, grade_group, grade_groups
 from grader.testing import ScriptedServer, labels_in, tool_calls
 from tests.conftest import EXAMPLE_GROUP
 
@@ -78,7 +78,7 @@ def test_llm_calls_are_bounded_separately() -> None:
 
 def test_the_async_api() -> None:
     async def main():
-        return await asyncio.gather(*(grade_group_async(g, HeuristicGrader()) for g in example_copies(3)))
+        return await asyncio.gather(*(grade_group(g, HeuristicGrader()) for g in example_copies(3)))
 
     results = asyncio.run(main())
     assert [r.group_id for r in results] == ["g0", "g1", "g2"] and all(r.status == "graded" for r in results)
@@ -94,19 +94,19 @@ def test_the_cache_skips_groups_graded_before(tmp_path: Path) -> None:
 
     options = GradingOptions(cache=GradeCache(tmp_path / "cache"))
     (group,) = example_copies(1)
-    first = grade_group(group, Counting(), options)
-    again = grade_group(group, Counting(), options)
+    first = grade_group_sync(group, Counting(), options)
+    again = grade_group_sync(group, Counting(), options)
     assert Counting.calls == 1 and again.details.get("cached") is True
     assert (again.ranking, again.advantages_after) == (first.ranking, first.advantages_after)
     # The same patches under new ids at a later step: still a hit, mapped to the new ids.
     renamed = group.model_copy(
         update={"trajectories": [t.model_copy(update={"id": f"step2-{t.id}"}) for t in group.trajectories]}
     )
-    hit = grade_group(renamed, Counting(), options)
+    hit = grade_group_sync(renamed, Counting(), options)
     assert Counting.calls == 1
     assert hit.ranking == [[f"step2-{t}" for t in tier] for tier in first.ranking]
     assert hit.trajectories["step2-clean"].rationale == first.trajectories["clean"].rationale
     # Different content, or a different grader configuration: graded again.
     changed = group.model_copy(update={"trajectories": group.trajectories[1:]})
-    grade_group(changed, Counting(), options)
+    grade_group_sync(changed, Counting(), options)
     assert Counting.calls == 2

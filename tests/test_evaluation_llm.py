@@ -12,7 +12,7 @@ from grader.evaluation import cli, harness
 from grader.evaluation.consensus import ConsensusGrader, agreement_factor
 from grader.formats import load_groups
 from grader.graders.llm import Budgets, LLMGrader
-from grader.pipeline import grade_group
+from grader.pipeline import grade_group_sync
 from grader.redistribute import shrink_weights
 from grader.testing import Reply, ScriptedServer, labels_in, tool_calls, tool_results
 from tests.conftest import REPO_ROOT
@@ -69,7 +69,7 @@ def test_scripted_llm_figures_and_cost(groups, references) -> None:
 
 def test_the_shown_order_is_read_from_the_recorded_labels(groups) -> None:
     with ScriptedServer(first_shown_first) as server:
-        result = grade_group(groups[0], factory(server)(0))
+        result = grade_group_sync(groups[0], factory(server)(0))
         shown = labels_in(server.requests[0])
     order = harness.shown_order(result)
     assert order == [result.details["labels"][label] for label in shown]
@@ -91,9 +91,9 @@ def test_consistency_of_a_content_driven_and_a_position_driven_model(groups) -> 
 
 def test_consensus_shrinks_credit_as_agreement_falls(groups) -> None:
     with ScriptedServer(first_shown_first) as server:
-        biased = grade_group(groups[0], ConsensusGrader(factory(server), 3))
+        biased = grade_group_sync(groups[0], ConsensusGrader(factory(server), 3))
     with ScriptedServer(smallest_diff_first) as server:
-        steady = grade_group(groups[0], ConsensusGrader(factory(server), 3))
+        steady = grade_group_sync(groups[0], ConsensusGrader(factory(server), 3))
     assert biased.status == steady.status == "graded"
     assert biased.grader == "llm-consensus3"
     consensus = biased.details["consensus"]
@@ -117,7 +117,7 @@ def test_a_consensus_without_quorum_fails_the_group(groups) -> None:
         grader = ConsensusGrader(
             lambda k: LLMGrader("scripted", base_url=server.url, sandbox=None, seed=k, budgets=budgets), 3
         )
-        result = grade_group(groups[0], grader)
+        result = grade_group_sync(groups[0], grader)
     assert result.status == "failed" and "0 of 3 gradings succeeded, quorum 2" in result.reason
     assert result.advantages_after == result.advantages_before and result.usage["requests"] == 3
 

@@ -24,7 +24,7 @@ from grader.inspect.run import fired_signals, load_run, summarize
 from grader.inspect.steps import to_steps
 from grader.mirrors import MirrorCache
 from grader.models import Group, GroupResult, TrajectoryReport
-from grader.pipeline import GradingOptions, grade_group, write_results
+from grader.pipeline import GradingOptions, grade_group_sync, write_results
 from grader.testing import Reply, ScriptedServer, labels_in, tool_calls, tool_results
 from tests.conftest import BASE_FILES, EXAMPLE_GROUP, FIX, REPO_ROOT, RepoFactory
 
@@ -95,7 +95,7 @@ def grade_llm(groups: list[Group], run: Path, policy, cache: Path) -> list[Group
             budgets=FAST,
             transcript_dir=run / "transcripts",
         )
-        results = [grade_group(group, grader, options) for group in groups]
+        results = [grade_group_sync(group, grader, options) for group in groups]
     write_results(results, run)
     write_groups(groups, run / "groups.jsonl")
     return results

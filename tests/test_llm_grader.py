@@ -12,7 +12,7 @@ import pytest
 from grader.formats import load_group_file
 from grader.graders.llm import Budgets, LLMGrader
 from grader.models import GroupResult
-from grader.pipeline import grade_group
+from grader.pipeline import grade_group_sync
 from grader.testing import Reply, ScriptedServer, error, labels_in, text, tool_calls, tool_results
 from grader.transcript import read_transcript
 from tests.conftest import EXAMPLE_GROUP, FIX, RepoFactory
@@ -53,7 +53,7 @@ def grade_with(policy, group=None, tmp_path: Path | None = None, **options: Any)
     options.setdefault("sandbox", None)
     with ScriptedServer(policy) as server:
         grader = LLMGrader("scripted", base_url=server.url, transcript_dir=tmp_path, seed=7, **options)
-        result = grade_group(group, grader)
+        result = grade_group_sync(group, grader)
         return result, server.requests
 
 
@@ -98,7 +98,7 @@ def test_labels_and_order_are_random_per_seed_and_recorded() -> None:
     for seed in (1, 2, 3, 4, None, None):
         with ScriptedServer(inspector) as server:
             grader = LLMGrader("scripted", base_url=server.url, sandbox=None, seed=seed, budgets=FAST)
-            result = grade_group(group, grader)
+            result = grade_group_sync(group, grader)
             shown = labels_in(server.requests[0])
             assert set(result.details["labels"]) == set(shown)
             orders.append(tuple(result.details["labels"][label][0] for label in shown))
@@ -106,7 +106,7 @@ def test_labels_and_order_are_random_per_seed_and_recorded() -> None:
     assert len(set(orders)) > 1  # the order shown differs between gradings
     assert len(set(seeds)) == len(seeds)  # every grading's seed is recorded, and unseeded ones differ
     with ScriptedServer(inspector) as server:
-        again = grade_group(
+        again = grade_group_sync(
             group, LLMGrader("scripted", base_url=server.url, sandbox=None, seed=1, budgets=FAST)
         )
         assert tuple(again.details["labels"][lab][0] for lab in labels_in(server.requests[0])) == orders[0]

@@ -11,7 +11,7 @@ import pytest
 
 from grader.formats import load_groups
 from grader.graders.base import Grade
-from grader.pipeline import GradingOptions, grade_group
+from grader.pipeline import GradingOptions, grade_group_sync
 from tests.conftest import EXAMPLE_GROUP, FIX, REPO_ROOT, RepoFactory
 
 RESULT_KEYS = {
@@ -170,7 +170,7 @@ def test_a_failing_grader_leaves_advantages_unchanged(repo: RepoFactory, grader,
     group = repo.group(
         {"a": (repo.patch(FIX), True), "b": (repo.patch({"README.md": "x\n"}), True), "f": ("", False)}
     )
-    result = grade_group(group, grader)
+    result = grade_group_sync(group, grader)
     assert result.status == "failed" and reason in result.reason
     assert result.advantages_after == result.advantages_before and result.ranking == []
 
@@ -181,7 +181,7 @@ def test_token_preservation_needs_lengths(repo: RepoFactory) -> None:
     )
     from grader.graders.heuristic import HeuristicGrader
 
-    result = grade_group(group, HeuristicGrader(), GradingOptions(preserve="token"))
+    result = grade_group_sync(group, HeuristicGrader(), GradingOptions(preserve="token"))
     assert result.status == "graded" and result.redistribution.startswith("identity: preserve='token' needs")
     lengths = {"a": 100, "b": 300, "f": 50}
     with_lengths = group.model_copy(
@@ -191,7 +191,7 @@ def test_token_preservation_needs_lengths(repo: RepoFactory) -> None:
             ]
         }
     )
-    result = grade_group(with_lengths, HeuristicGrader(), GradingOptions(preserve="token"))
+    result = grade_group_sync(with_lengths, HeuristicGrader(), GradingOptions(preserve="token"))
     assert result.redistribution == "applied"
     before, after = result.advantages_before, result.advantages_after
     assert sum(after[t] * lengths[t] for t in "ab") == pytest.approx(
@@ -222,5 +222,5 @@ def test_load_errors_become_failed_results(tmp_path: Path) -> None:
     (item,) = load_groups([path])
     from grader.graders.heuristic import HeuristicGrader
 
-    result = grade_group(item, HeuristicGrader())
+    result = grade_group_sync(item, HeuristicGrader())
     assert result.group_id == "broken" and result.status == "failed" and "task.repo" in result.reason

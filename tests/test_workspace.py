@@ -140,6 +140,19 @@ def test_miscounted_hunks_apply_by_recount(make_repo, mirrors: MirrorCache) -> N
         assert ws.read_file("m", "g.txt").decode() == lines.replace("line 3\n", "x\n")
 
 
+def test_a_move_is_the_same_with_or_without_rename_headers(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    moved = {"pkg/util.py": None, "pkg/helpers.py": BASE_FILES["pkg/util.py"] + "\n\nLIMIT = 3\n"}
+    with_renames = repo.patch(moved)
+    assert "rename from pkg/util.py" in with_renames
+    run_git(repo.path, "config", "diff.renames", "false")
+    without = repo.patch(moved)
+    assert "rename from" not in without and "deleted file mode" in without
+    group = repo.group({"renames": (with_renames, True), "no-renames": (without, True), "f": ("", False)})
+    with open_workspace(group, mirrors=mirrors) as ws:
+        assert [ws.candidates[t].error for t in ("renames", "no-renames")] == [None, None]
+        assert ws.classes == [["renames", "no-renames"]]
+
+
 def test_equivalence_classes(repo: RepoFactory, mirrors: MirrorCache) -> None:
     fix = repo.patch(FIX)
     respaced = repo.patch({"pkg/core.py": FIX["pkg/core.py"].replace("return a + b", "return  a +  b")})

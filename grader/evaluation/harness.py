@@ -19,7 +19,7 @@ from grader.evaluation import metrics
 from grader.formats import LoadError
 from grader.graders.base import Grader
 from grader.models import Group, GroupResult
-from grader.pipeline import GradingOptions, grade_group, grade_groups
+from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
 
 GraderFactory = Callable[[int], Grader]
 
@@ -256,7 +256,7 @@ def consistency(
             continue
         rankings, shown, failures, tokens = [], [], [], 0
         for i in range(k):
-            result = grade_group(permuted(item, i) if permute else item, make_grader(i), options)
+            result = grade_group_sync(permuted(item, i) if permute else item, make_grader(i), options)
             tokens += int(result.usage.get("total_tokens", 0))
             if result.status != "graded":
                 failures.append(f"grading {i}: {result.status}: {result.reason}")

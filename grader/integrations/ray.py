@@ -15,7 +15,7 @@ from typing import Any
 from grader.formats import LoadError
 from grader.graders.base import Grader, get_grader
 from grader.models import Group, GroupResult
-from grader.pipeline import GradingOptions, grade_group, passthrough
+from grader.pipeline import GradingOptions, grade_group_sync, passthrough
 
 try:
     import ray
@@ -31,7 +31,7 @@ class _GradingActor:
         self.options = options
 
     def grade(self, group_data: dict[str, Any]) -> dict[str, Any]:
-        return grade_group(Group.model_validate(group_data), self.grader, self.options).model_dump(
+        return grade_group_sync(Group.model_validate(group_data), self.grader, self.options).model_dump(
             mode="json"
         )
 

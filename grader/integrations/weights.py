@@ -2,7 +2,7 @@
 
 Every adapter asks the same question, "what weight does each sample of this batch get?", and answers it with
 one of two sources. A *weights function* ``weights_fn(group_ids, passed, batch) -> (N,) weights`` grades
-live (it may call :func:`grader.grade_group`, a remote grader, anything); ``batch`` is whatever the
+live (it may call :func:`grader.grade_group_sync`, a remote grader, anything); ``batch`` is whatever the
 framework holds (a verl ``DataProto``, TRL's prompts and completions, slime's samples), so the function can
 find the trajectories. :func:`weights_from_results` reads weights off results graded earlier (``gagar
 grade``'s results.jsonl). Samples that were not graded get 1.0, which redistribution treats as "no

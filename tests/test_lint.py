@@ -1,0 +1,19 @@
+"""The code base stays ruff clean (lint and format), as the developers' guide asks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+RUFF = shutil.which("ruff")
+
+
+@pytest.mark.skipif(RUFF is None, reason="ruff is not installed (pip install -e '.[dev]')")
+@pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["check", "format"])
+def test_ruff(command: list[str]) -> None:
+    proc = subprocess.run([RUFF, *command], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
