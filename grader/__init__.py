@@ -9,10 +9,10 @@ The public API. Load groups, grade them, redistribute advantages:
 In asyncio code, `await grade_group(group, grader)` grades one group without blocking the loop.
 """
 
-from grader.formats import LoadError, import_swebench, load_group_file, load_groups, parse_group
-from grader.graders import Grade, Grader, GradingFailed, get_grader
 from grader.cache import GradeCache
 from grader.concurrency import Concurrency
+from grader.formats import LoadError, import_swebench, load_group_file, load_groups, parse_group
+from grader.graders import Grade, Grader, GradingFailed, get_grader
 from grader.models import Group, GroupGrade, GroupResult, Task, Trajectory
 from grader.pipeline import GradingOptions, grade_group, grade_group_sync, grade_groups, write_results
 from grader.ranking import InvalidRanking, validate_ranking

@@ -12,7 +12,7 @@ from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
 from grader.graders.llm import Budgets, LLMGrader
 from grader.models import Group
-from grader.pipeline import GradingOptions, grade_group_sync, grade_group, grade_groups
+from grader.pipeline import GradingOptions, grade_group, grade_group_sync, grade_groups
 from grader.testing import ScriptedServer, labels_in, tool_calls
 from tests.conftest import EXAMPLE_GROUP
 
