@@ -45,6 +45,7 @@ class MirrorCache:
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
+        self._known: set[tuple[Path, str]] = set()  # (mirror, commit) pairs already checked in this process
 
     def path_for(self, repo: str) -> Path:
         location = repo if _is_url(repo) else str(Path(repo).resolve())
@@ -61,6 +62,8 @@ class MirrorCache:
         if not _is_url(repo) and not Path(repo).exists():
             raise FileNotFoundError(f"repository {repo!r} does not exist")
         path = self.path_for(repo)
+        if (path, commit) in self._known:  # objects are never removed from a mirror: once there, always there
+            return path
         with _locked(path.with_suffix(".lock")):
             if not path.exists():
                 tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -75,8 +78,20 @@ class MirrorCache:
                 git(["fetch", "--quiet", "--prune", "origin", "+refs/*:refs/*"], git_dir=path, check=False)
             if not has_commit(path, commit):
                 raise LookupError(f"base commit {commit!r} is not in repository {repo!r}")
+        self._known.add((path, commit))
         return path
 
 
 def has_commit(git_dir: Path, commit: str) -> bool:
     return git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir, check=False).returncode == 0
+
+
+_shared: dict[Path, MirrorCache] = {}
+
+
+def shared_cache() -> MirrorCache:
+    """The process-wide cache for the default location (so its memo of known commits is shared)."""
+    root = default_cache_dir()
+    if root not in _shared:
+        _shared[root] = MirrorCache(root)
+    return _shared[root]

@@ -106,6 +106,9 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes: with Nagle's algorithm on, the body waits for the
+            # client's delayed ACK (~40 ms a request), which would swamp any latency a policy asks for.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass

@@ -10,10 +10,12 @@ branch per passing trajectory (`refs/heads/candidates/...`) and one ref per fail
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import tempfile
 import threading
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -25,7 +27,7 @@ from git.objects import Blob, Tree
 
 from grader import patches
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
-from grader.mirrors import MirrorCache
+from grader.mirrors import MirrorCache, shared_cache
 from grader.models import Group, PatchStats
 
 BASE = "base"
@@ -105,9 +107,10 @@ class Workspace:
 
     def build(self, max_patch_bytes: int, max_fuzz: int, workers: int) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        git(["init", "--bare", "--quiet", str(self.git_dir)])
+        # No template: no sample hooks, no description; the workspace holds only what gagar puts there.
+        git(["init", "--bare", "--quiet", "--template=", str(self.git_dir)])
+        (self.git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (self.git_dir / "objects" / "info" / "alternates").write_text(str(self.mirror / "objects") + "\n")
-        shutil.rmtree(self.git_dir / "hooks", ignore_errors=True)  # samples only, but nothing should be there
         try:
             self.base_commit, base_tree = out(
                 [
@@ -174,34 +177,36 @@ class Workspace:
         return None
 
     def _commit(self, trees: list[str | None], base_tree: str) -> None:
-        """Write every commit object in one git process, then every ref in another."""
+        """Write every commit object (no process), then every ref in one git process."""
         built = zip(self.candidates.values(), trees, strict=True)
         pending = [(c, tree) for c, tree in built if tree is not None]
         to_write = [(c, tree) for c, tree in pending if tree and tree != base_tree]
         for c, tree in pending:
             if not tree or tree == base_tree:
                 c.commit = self.base_commit  # an empty patch changes nothing: its branch is the base
-        if to_write:
-            bodies = [
+        for c, tree in to_write:
+            body = (
                 f"tree {tree}\nparent {self.base_commit}\nauthor {COMMIT_IDENTITY} {COMMIT_EPOCH}\n"
                 f"committer {COMMIT_IDENTITY} {COMMIT_EPOCH}\n\ntrajectory {c.trajectory_id}\n"
-                for c, tree in to_write
-            ]
-            tmp = self.path / "tmp"
-            paths = []
-            for i, body in enumerate(bodies):
-                paths.append(tmp / f"{i}.commit")
-                paths[-1].write_text(body)
-            shas = out(
-                ["hash-object", "-t", "commit", "-w", "--stdin-paths"],
-                git_dir=self.git_dir,
-                input="\n".join(map(str, paths)).encode() + b"\n",
-            ).split()
-            for (c, _), sha in zip(to_write, shas, strict=True):
-                c.commit = sha
+            )
+            c.commit = self._write_object("commit", body.encode())
         updates = [f"update {BASE_REF} {self.base_commit}"]
         updates += [f"update {c.ref} {c.commit}" for c in self.candidates.values() if c.commit]
         git(["update-ref", "--stdin"], git_dir=self.git_dir, input=("\n".join(updates) + "\n").encode())
+
+    def _write_object(self, kind: str, body: bytes) -> str:
+        """Store a loose object the way git does (zlib of "kind size\\0body", named by its SHA-1)."""
+        if len(self.base_commit) != 40:  # a SHA-256 repository: let git hash it
+            return out(["hash-object", "-t", kind, "-w", "--stdin"], git_dir=self.git_dir, input=body)
+        data = f"{kind} {len(body)}\0".encode() + body
+        sha = hashlib.sha1(data).hexdigest()
+        path = self.git_dir / "objects" / sha[:2] / sha[2:]
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_name(f"{sha[2:]}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(zlib.compress(data))
+            os.replace(tmp, path)
+        return sha
 
     def _verify(self) -> None:
         """Check that each branch's diff against base makes exactly the changes its patch makes."""
@@ -412,7 +417,7 @@ def open_workspace(
     Trajectory-level problems (a patch that is invalid or does not apply) are recorded on the trajectory's
     `Candidate.error`; group-level ones raise WorkspaceError naming the group and the cause.
     """
-    mirrors = mirrors or MirrorCache()
+    mirrors = mirrors or shared_cache()
     try:
         mirror = mirrors.mirror(group.task.repo, group.task.base_commit)
     except (FileNotFoundError, LookupError, GitError) as exc:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import openai
+from openai.types.chat import ChatCompletion
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -372,7 +373,14 @@ class LLMGrader:
                     usage.requests += 1
                     timeout = max(0.1, min(budgets.request_timeout, deadline - time.monotonic()))
                     with self.config.concurrency.llm if self.config.concurrency else nullcontext():
-                        response = self.client.chat.completions.create(timeout=timeout, **kwargs)
+                        # The raw POST: `chat.completions.create` re-validates every message of the growing
+                        # conversation against the SDK's TypedDicts on each turn, the loop's largest CPU cost.
+                        response = self.client.post(
+                            "/chat/completions",
+                            body=kwargs,
+                            cast_to=ChatCompletion,
+                            options={"timeout": timeout},
+                        )
         except RETRYABLE as exc:
             if time.monotonic() >= deadline - 0.05:  # the request was cut short by the wall-time budget
                 raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)") from None
