@@ -17,7 +17,7 @@ from grader.concurrency import Concurrency
 from grader.formats import LoadError, import_swebench, load_groups, write_groups
 from grader.graders import get_grader
 from grader.graders.base import GRADERS
-from grader.graders.llm import Budgets
+from grader.graders.budgets import Budgets
 from grader.models import GroupResult
 from grader.pipeline import GradingOptions, grade_indexed, write_results
 from grader.workspace import WorkspaceError, open_workspace
@@ -148,7 +148,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
             if result.status == "failed":
                 console.print(f"[red]failed[/] {result.group_id}: {result.reason}", highlight=False)
     console.print(
-        f"{len(ordered)} groups: {counts['graded']} graded, {counts['skipped']} skipped, "
+        f"{len(ordered)} group{'s' if len(ordered) != 1 else ''}: {counts['graded']} graded, "
+        f"{counts['skipped']} skipped, "
         f"{counts['failed']} failed -> {path}"
     )
     return 1 if counts["failed"] else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,17 @@ _GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+
+
+def run_gagar(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The `gagar` command line, run as a new user would, from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "grader.cli", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_git(repo: Path, *args: str, input: str | None = None) -> str:

@@ -15,7 +15,7 @@ from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
 from grader.testing import Reply, ScriptedServer, error, labels_in, text, tool_calls, tool_results
 from grader.transcript import read_transcript
-from tests.conftest import EXAMPLE_GROUP, FIX, RepoFactory
+from tests.conftest import EXAMPLE_GROUP, FIX, RepoFactory, run_gagar
 
 FAST = Budgets(retry_wait_initial=0.01, retry_wait_max=0.05, request_timeout=10, retries=3, turns=8)
 
@@ -266,38 +266,11 @@ def test_a_prompt_injection_is_flagged_and_shown_as_data(repo: RepoFactory, tmp_
 
 
 def test_cli_llm_grader(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO_ROOT
-
     with ScriptedServer(inspector) as server:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "grader.cli",
-                "grade",
-                str(EXAMPLE_GROUP),
-                "--out",
-                str(tmp_path),
-                "--grader",
-                "llm",
-                "--model",
-                "scripted",
-                "--base-url",
-                server.url,
-                "--api-key-env",
-                "NO_SUCH_VAR",
-                "--sandbox",
-                "none",
-                "--seed",
-                "3",
-            ],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        )
+        proc = run_gagar(
+            "grade", str(EXAMPLE_GROUP), "--out", str(tmp_path), "--grader", "llm", "--model", "scripted",
+            "--base-url", server.url, "--api-key-env", "NO_SUCH_VAR", "--sandbox", "none", "--seed", "3",
+        )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "results.jsonl").read_text())
     assert result["status"] == "graded" and result["grader"] == "llm"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from grader.formats import load_groups
 from grader.graders.base import Grade
 from grader.pipeline import GradingOptions, grade_group_sync
-from tests.conftest import EXAMPLE_GROUP, FIX, REPO_ROOT, RepoFactory
+from tests.conftest import EXAMPLE_GROUP, FIX, RepoFactory, run_gagar
 
 RESULT_KEYS = {
     "group_id",
@@ -33,20 +32,14 @@ RESULT_KEYS = {
 }
 
 
-def gagar(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "grader.cli", *args], cwd=cwd, capture_output=True, text=True
-    )
-
-
 def read_results(out: Path) -> dict[str, dict]:
     return {row["group_id"]: row for row in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
 
 
 def test_grading_the_bundled_example(tmp_path: Path) -> None:
-    proc = gagar("grade", str(EXAMPLE_GROUP), "--out", str(tmp_path))
+    proc = run_gagar("grade", str(EXAMPLE_GROUP), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert "clean-respaced" in proc.stdout and "1 graded, 0 skipped, 0 failed" in proc.stdout
+    assert "clean-respaced" in proc.stdout and "1 group: 1 graded, 0 skipped, 0 failed" in proc.stdout
     (result,) = read_results(tmp_path).values()
     assert set(result) == RESULT_KEYS
     assert result["status"] == "graded" and result["grader"] == "heuristic"
@@ -104,7 +97,7 @@ def test_a_bad_batch_grades_what_it_can(repo: RepoFactory, tmp_path: Path) -> No
     batch = tmp_path / "batch.jsonl"
     batch.write_text("\n".join(lines) + "\n")
 
-    proc = gagar("grade", str(batch), "--out", str(tmp_path / "run"))
+    proc = run_gagar("grade", str(batch), "--out", str(tmp_path / "run"))
     assert proc.returncode == 1  # some groups failed
     results = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
     assert len(results) == 8
@@ -134,7 +127,7 @@ def test_grade_all_pass_ranks_a_standalone_patch_set(repo: RepoFactory, tmp_path
     )
     path = tmp_path / "set.json"
     path.write_text(group.model_dump_json())
-    proc = gagar("grade", str(path), "--out", str(tmp_path / "run"), "--grade-all-pass")
+    proc = run_gagar("grade", str(path), "--out", str(tmp_path / "run"), "--grade-all-pass")
     assert proc.returncode == 0, proc.stderr
     result = read_results(tmp_path / "run")["set"]
     assert result["status"] == "graded" and result["ranking"] == [["a"], ["b"]]
@@ -203,7 +196,7 @@ def test_workspace_command_keeps_the_workspace(repo: RepoFactory, tmp_path: Path
     group = repo.group({"fix": (repo.patch(FIX), True), "nope": ("", False)}, group_id="w")
     path = tmp_path / "w.json"
     path.write_text(group.model_dump_json())
-    proc = gagar("workspace", str(path), "--dir", str(tmp_path / "ws"))
+    proc = run_gagar("workspace", str(path), "--dir", str(tmp_path / "ws"))
     assert proc.returncode == 0, proc.stderr
     assert "fix\tpass\trefs/heads/candidates/fix  [plain]  class 0" in proc.stdout
     assert "nope\tfail\trefs/failing/nope  [empty]" in proc.stdout

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from grader.formats import LoadError, load_group_file
 from grader.graders.heuristic import HeuristicGrader
 from grader.models import Group
-from tests.conftest import EXAMPLE_GROUP, REPO_ROOT
+from tests.conftest import EXAMPLE_GROUP, run_gagar
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gagar[ray]')")
 from grader.integrations.ray import RayGrader  # noqa: E402
@@ -95,24 +94,7 @@ def test_the_deadline_never_holds_the_trainer() -> None:
 def test_cli_grades_through_ray(tmp_path: Path) -> None:
     ray.shutdown()  # the CLI starts its own local cluster
     try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "grader.cli",
-                "grade",
-                str(EXAMPLE_GROUP),
-                "--out",
-                str(tmp_path),
-                "--ray",
-                "--workers",
-                "1",
-            ],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = run_gagar("grade", str(EXAMPLE_GROUP), "--out", str(tmp_path), "--ray", "--workers", "1")
     finally:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -222,22 +222,28 @@ def insert_debug_print(source: str, changed_lines: Sequence[int]) -> Edit:
             source,
             f"prints {variable or 'a marker'} at the start of {function.name}()",
         )
-    for line in changed_lines:
-        try:
-            statements, index = innermost_statement(tree, line)
-        except NotApplicable:
-            continue
-        statement = statements[index]
-        if not _safe_anchor(lines, statement):
-            continue
-        at = _start(statement)
-        indent = _indent(lines[at - 1])
+    for _, at, indent in _anchors(tree, lines, changed_lines):
         return _checked(
             lines[: at - 1] + [indent + f'print("DEBUG: line {at}")'] + lines[at - 1 :],
             source,
             f"prints a marker before line {at}",
         )
     raise NotApplicable("no changed line inside a statement to put a print before")
+
+
+def _anchors(
+    tree: ast.Module, lines: list[str], changed_lines: Sequence[int]
+) -> Iterator[tuple[ast.stmt, int, str]]:
+    """(statement, first line, indent) for each changed line inside a statement safe to edit around."""
+    for line in changed_lines:
+        try:
+            statements, index = innermost_statement(tree, line)
+        except NotApplicable:
+            continue
+        statement = statements[index]
+        if _safe_anchor(lines, statement):
+            at = _start(statement)
+            yield statement, at, _indent(lines[at - 1])
 
 
 def _first_local(function: FunctionNode) -> str | None:
@@ -413,16 +419,7 @@ def comment_out_code(source: str, changed_lines: Sequence[int], old_code: Sequen
     was some (`old_code`), else a commented copy of that statement (a draft kept "just in case")."""
     tree = _parse(source)
     lines = _lines(source)
-    for line in sorted(changed_lines):
-        try:
-            statements, index = innermost_statement(tree, line)
-        except NotApplicable:
-            continue
-        statement = statements[index]
-        if not _safe_anchor(lines, statement):
-            continue
-        at = _start(statement)
-        indent = _indent(lines[at - 1])
+    for statement, at, indent in _anchors(tree, lines, sorted(changed_lines)):
         code = [text for text in old_code if text.strip() and not text.lstrip().startswith("#")]
         if code:
             shift = min(len(_indent(text)) for text in code)

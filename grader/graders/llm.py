@@ -32,6 +32,7 @@ from tenacity import (
 
 from grader.concurrency import Concurrency
 from grader.graders.base import Grade, GradingFailed
+from grader.graders.budgets import Budgets
 from grader.graders.tools import (
     SUBMIT,
     Submission,
@@ -47,22 +48,6 @@ from grader.workspace import Workspace, ref_name
 
 RETRYABLE = (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """Limits on one grading. Exhausting any of them fails the group with the budget named."""
-
-    turns: int = 24
-    tokens: int = 400_000
-    tool_output_chars: int = 300_000
-    wall_seconds: float = 900.0
-    repairs: int = 2
-    request_timeout: float = 180.0
-    retries: int = 4
-    retry_wait_initial: float = 0.5
-    retry_wait_max: float = 20.0
-    max_output_tokens: int = 4096
 
 
 @dataclass
