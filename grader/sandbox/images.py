@@ -94,7 +94,11 @@ def build_images(
 
     bases: dict[str, str] = {}
     for spec in specs:
-        if offline is not True and _pull(client, spec.online_base):
+        if offline is not True and _present(client, spec.online_base):
+            bases[spec.name] = spec.online_base
+        elif offline is None and not force and _present(client, _offline_tag(spec.offline_base, suite)):
+            continue  # built offline before: no registry to ask again (and no network traffic to make)
+        elif offline is not True and _pull(client, spec.online_base):
             bases[spec.name] = spec.online_base
         elif offline is False:
             raise ImageBuildError(f"could not pull {spec.online_base} and offline=False")
@@ -112,6 +116,21 @@ def build_images(
             )
         )
     return built
+
+
+def _offline_tag(kind: str, suite: str) -> str:
+    """The tag of a debootstrapped base: "python" (with python3, git, pytest) or "base"."""
+    return f"gagar/debian-python:{suite}" if kind == "python" else f"gagar/debian-base:{suite}"
+
+
+def _present(client: object, image: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(image)  # type: ignore[attr-defined]
+    except docker.errors.ImageNotFound:
+        return False
+    return True
 
 
 def apt_mirror() -> tuple[str, str]:
@@ -173,8 +192,7 @@ def _debootstrap_bases(
     jobs = {}
     for kind in kinds:
         include = PYTHON_PACKAGES if kind == "python" else ()
-        repo = "gagar/debian-python" if kind == "python" else "gagar/debian-base"
-        tag = f"{repo}:{suite}"
+        tag = _offline_tag(kind, suite)
         digest = hashlib.sha256(repr(("minbase", suite, mirror, include)).encode()).hexdigest()[:16]
         if not force and _image_hash(client, tag) == digest:
             log.info("%s is up to date", tag)
@@ -191,10 +209,7 @@ def _debootstrap_bases(
             ]
             for f in futures:
                 f.result()
-    return {
-        kind: (f"gagar/debian-python:{suite}" if kind == "python" else f"gagar/debian-base:{suite}")
-        for kind in kinds
-    }
+    return {kind: _offline_tag(kind, suite) for kind in kinds}
 
 
 def _ensure_debootstrap() -> None:
