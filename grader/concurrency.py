@@ -27,6 +27,3 @@ class Concurrency:
         self.llm = threading.BoundedSemaphore(self.llm_calls)
         self.sandbox = threading.BoundedSemaphore(self.sandboxes)
         self.workspace = threading.BoundedSemaphore(self.workspace_builds)
-
-
-UNBOUNDED = Concurrency(llm_calls=1_000_000, sandboxes=1_000_000, workspace_builds=1_000_000)

@@ -81,9 +81,6 @@ class Group(BaseModel):
                 return t
         raise KeyError(f"group {self.group_id!r} has no trajectory {trajectory_id!r}")
 
-    def passing_ids(self) -> list[str]:
-        return [t.id for t in self.trajectories if t.passed]
-
 
 def complete_group(
     group: Group, pass_threshold: float = DEFAULT_PASS_THRESHOLD, eps: float = GRPO_EPS

@@ -89,13 +89,12 @@ def grade_group_sync(
     if isinstance(item, LoadError):
         return passthrough(item, grader.name, f"invalid group ({item.source}): {item.reason}")
     group = item
-    before = {t.id: _finite_or_none(t.advantage) for t in group.trajectories}
     result = passthrough(group, grader.name, "", status="skipped")
     reason = skip_reason(group, grade_all_pass=options.grade_all_pass)
     if reason is not None:
         result.reason = reason
         result.trajectories = _reports(group)
-        result.seconds = time.perf_counter() - start
+        result.seconds = round(time.perf_counter() - start, 4)
         return result
     try:
         with open_workspace(
@@ -113,7 +112,7 @@ def grade_group_sync(
     except Exception as exc:  # grading never crashes a training loop: any surprise fails this group only
         result.status, result.reason = "failed", f"group {group.group_id!r}: {type(exc).__name__}: {exc}"
     if result.status == "failed":
-        result.advantages_after = dict(before)
+        result.advantages_after = dict(result.advantages_before)
         result.ranking, result.weights = [], {}
     result.seconds = round(time.perf_counter() - start, 4)
     return result

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from git import Repo
 from git.objects import Blob, Tree
+from unidiff import PatchSet
 
 from grader import patches
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
@@ -54,6 +55,7 @@ class Candidate:
     stats: PatchStats | None = None
     patch_class: int | None = None
     equivalence_key: str | None = field(default=None, repr=False)
+    parsed: PatchSet | None = field(default=None, repr=False)  # the patch as validated, reused by _verify
 
     @property
     def applied(self) -> bool:
@@ -151,13 +153,14 @@ class Workspace:
         except patches.PatchError as exc:
             candidate.error = f"invalid patch: {exc}"
             return None
+        candidate.parsed = parsed
         candidate.stats = patches.stats(parsed)
         patch = patches.ensure_final_newline(trajectory.patch)
         if not patch.strip():
             candidate.apply_method = "empty"
             return ""
         index = base_index.with_name(f"{n}.index")
-        reasons = []
+        reasons: list[str] = []
         for method, flags, text in _apply_attempts(patch, max_fuzz):
             shutil.copyfile(base_index, index)
             env = {"GIT_INDEX_FILE": str(index)}
@@ -171,8 +174,8 @@ class Workspace:
             if proc.returncode == 0:
                 candidate.apply_method = method
                 return out(["write-tree"], git_dir=self.git_dir, env=env)
-            reasons.append(proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:])
-        first = next((r[0] for r in reasons if r), "git apply failed")
+            reasons.append(proc.stderr.decode("utf-8", "replace").strip().rpartition("\n")[2])
+        first = next((r for r in reasons if r), "git apply failed")
         candidate.error = f"patch does not apply (tried {len(reasons)} methods): {first}"
         return None
 
@@ -213,18 +216,15 @@ class Workspace:
         changed = [c for c in self.candidates.values() if c.commit and c.commit != self.base_commit]
         if not changed:
             return
-        parsed = {
-            c.trajectory_id: patches.parse(self.group.trajectory(c.trajectory_id).patch) for c in changed
-        }
         # A move is a rename in one patch and a deletion plus an addition in another (`git diff --no-renames`,
         # `diff -ruN`): compare each patch with the branch diff in its own form, and key every class on the
         # rename-free form, so that the same tree is the same class however the patch spelled it.
-        renaming = [c for c in changed if any(f.is_rename for f in parsed[c.trajectory_id])]
+        renaming = [c for c in changed if any(f.is_rename for f in c.parsed or ())]
         plain = self._branch_diffs([c.commit or "" for c in changed], ["--no-renames"])
         moved = self._branch_diffs([c.commit or "" for c in renaming], ["-M"]) if renaming else {}
         for c in changed:
             loose = c.apply_method != "plain"
-            expected = patches.changes(parsed[c.trajectory_id], normalize_whitespace=loose)
+            expected = patches.changes(c.parsed or PatchSet(""), normalize_whitespace=loose)
             plain_diff = patches.parse(plain.get(c.commit or "", ""))
             own_form = patches.parse(moved[c.commit or ""]) if c.commit in moved else plain_diff
             actual = patches.changes(own_form, normalize_whitespace=loose)

@@ -40,6 +40,8 @@ PENALTIES = {
     "size": 0.5,
 }
 LINE_SIGNAL_CAP = 3
+FILE_SIGNALS = ("test_files_modified", "leftover_files", "out_of_scope_files", "formatting_only_files")
+LINE_SIGNALS = ("debug_lines", "swallowed_exceptions", "commented_code_lines")
 
 _LEFTOVER_NAME = re.compile(
     r"^(repro(duce)?|reproduction|debug|scratch|tmp|temp|test_?(fix|issue|bug|repro)|check_?fix|demo)[\w.-]*$"
@@ -106,27 +108,14 @@ class HeuristicGrader:
             )
             signals = self._signals(workspace, c, others)
             signals["size_ratio"] = round(max(1, sizes[c.representative]) / smallest, 3)
-            penalty = sum(
-                PENALTIES[name] * len(signals[name])
-                for name in (
-                    "test_files_modified",
-                    "leftover_files",
-                    "out_of_scope_files",
-                    "formatting_only_files",
-                )
-            )
-            penalty += PENALTIES["debug_lines"] * min(LINE_SIGNAL_CAP, signals["debug_lines"])
-            penalty += PENALTIES["swallowed_exceptions"] * min(
-                LINE_SIGNAL_CAP, signals["swallowed_exceptions"]
-            )
-            penalty += PENALTIES["commented_code_lines"] * min(
-                LINE_SIGNAL_CAP, signals["commented_code_lines"]
-            )
+            penalty = sum(PENALTIES[name] * len(signals[name]) for name in FILE_SIGNALS)
+            penalty += sum(PENALTIES[name] * min(LINE_SIGNAL_CAP, signals[name]) for name in LINE_SIGNALS)
             penalty += PENALTIES["size"] * math.log2(signals["size_ratio"])
             signals["penalty"] = round(penalty, 6)
             scored.append((signals["penalty"], c.representative, signals))
 
-        scored.sort(key=lambda item: (item[0], workspace.gradable().index(item[1])))
+        position = {tid: i for i, tid in enumerate(workspace.gradable())}  # ties keep the input order
+        scored.sort(key=lambda item: (item[0], position[item[1]]))
         class_ranking: list[list[str]] = []
         last_penalty = None
         for penalty, representative, _ in scored:
