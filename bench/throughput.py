@@ -75,7 +75,7 @@ def groups(n: int) -> list[Group]:
 
 def run_in_process(url: str, batch: list[Group], concurrency: int) -> float:
     bounds = Concurrency(llm_calls=concurrency)
-    grader = LLMGrader("scripted", base_url=url, sandbox=None, concurrency=bounds, budgets=Budgets(retries=0))
+    grader = LLMGrader("scripted", base_url=url, sandbox=None, budgets=Budgets(retries=0))
     start = time.perf_counter()
     results = grade_groups(batch, grader, GradingOptions(concurrency=bounds), workers=concurrency)
     elapsed = time.perf_counter() - start

@@ -9,10 +9,13 @@ The public API. Load groups, grade them, redistribute advantages:
 In asyncio code, `await grade_group(group, grader)` grades one group without blocking the loop.
 """
 
-from grader.cache import GradeCache
+from grader.cache import CachedGrader, GradeCache
 from grader.concurrency import Concurrency
+from grader.errors import GagarError
 from grader.formats import LoadError, import_swebench, load_group_file, load_groups, parse_group
 from grader.graders import Grade, Grader, GradingFailed, get_grader
+from grader.graders.base import register_grader
+from grader.integrations.tensors import redistribute_advantages
 from grader.models import Group, GroupGrade, GroupResult, Task, Trajectory
 from grader.pipeline import GradingOptions, grade_group, grade_group_sync, grade_groups, write_results
 from grader.ranking import InvalidRanking, validate_ranking
@@ -23,12 +26,18 @@ from grader.redistribute import (
     redistribute_batch,
     redistribute_group,
 )
+from grader.view import GradingView
 from grader.workspace import Workspace, WorkspaceError, open_workspace
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CachedGrader",
     "Concurrency",
+    "GagarError",
+    "GradingView",
+    "redistribute_advantages",
+    "register_grader",
     "Grade",
     "GradeCache",
     "Grader",

@@ -5,40 +5,33 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from grader import redistribute
-from grader.cache import GradeCache
-from grader.concurrency import Concurrency
-from grader.formats import LoadError, import_swebench, load_groups, write_groups
-from grader.graders import get_grader
-from grader.graders.base import GRADERS
-from grader.graders.budgets import Budgets
+from grader.cache import CachedGrader
+from grader.cli_options import GradingArguments, add_grading_arguments, grading_from_args
+from grader.errors import GagarError, WorkspaceError
+from grader.formats import LoadError, check_inputs, import_swebench, load_groups, write_groups
+from grader.graders.base import Grader, get_grader
 from grader.models import GroupResult
-from grader.pipeline import GradingOptions, grade_indexed, write_results
-from grader.workspace import WorkspaceError, open_workspace
+from grader.pipeline import grade_indexed, write_results
+from grader.workspace import open_workspace
 
 DETAIL_LIMIT = 5  # groups printed in full after a run; larger batches get the summary only
-
-
-def _scheme_params(args: argparse.Namespace) -> dict[str, float]:
-    params: dict[str, float] = {"floor": args.floor}
-    if args.scheme == "exponential":
-        params["decay"] = args.decay
-    if args.scheme == "top-k":
-        params["k"] = args.top_k
-    return params
 
 
 def _print_group(console: Console, result: GroupResult) -> None:
     title = f"[bold]{result.group_id}[/]: {result.status}"
     if result.reason:
         title += f" ({result.reason})"
-    console.print(title)
+    console.print(title, highlight=False, soft_wrap=True)
+    if result.status != "graded":  # nothing was ranked or changed: the reason is the whole story
+        return
     if result.redistribution:
         console.print(f"  redistribution: {result.redistribution}")
     if result.usage:
@@ -81,44 +74,18 @@ def _print_group(console: Console, result: GroupResult) -> None:
             console.print(f"  {tid}: {report.rationale or report.error}", highlight=False, soft_wrap=True)
 
 
-def _grader_options(args: argparse.Namespace) -> dict[str, object]:
-    if args.grader != "llm":
-        return {}
-    if not args.model:
-        raise ValueError("--grader llm needs --model")
-    budgets = Budgets(turns=args.max_turns, wall_seconds=args.max_seconds, tokens=args.max_tokens)
-    return {
-        "model": args.model,
-        "base_url": args.base_url,
-        "api_key_env": args.api_key_env,
-        "prompts_dir": args.prompts,
-        "sandbox": None if args.sandbox == "none" else args.sandbox,
-        "show_failing": args.show_failing,
-        "seed": args.seed,
-        "tool_mode": args.tool_mode,
-        "temperature": args.temperature,
-        "budgets": budgets,
-        "transcript_dir": args.out / "transcripts",
-    }
+def make_grader(name: str, options: dict[str, Any], cache: Path | None = None) -> Grader:
+    """The grader the options name, behind the grade cache when one is given (picklable, for Ray actors)."""
+    grader = get_grader(name, **options)
+    return CachedGrader(grader, cache) if cache else grader
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
     console = Console()
-    items = load_groups(args.inputs, pass_threshold=args.pass_threshold)
-    concurrency = Concurrency(llm_calls=args.max_llm_calls, sandboxes=args.max_sandboxes)
-    options = GradingOptions(
-        grade_all_pass=args.grade_all_pass,
-        scheme=args.scheme,
-        scheme_params=_scheme_params(args),
-        preserve=args.preserve,
-        max_patch_bytes=args.max_patch_bytes,
-        concurrency=concurrency,
-        cache=GradeCache(args.cache) if args.cache else None,
-    )
-    grader_options = _grader_options(args)
-    if args.grader == "llm":
-        grader_options["concurrency"] = concurrency
-    grader = get_grader(args.grader, **grader_options)
+    inputs = check_inputs(args.inputs)
+    grading = grading_from_args(args, transcript_dir=args.out / "transcripts")
+    items = load_groups(inputs, pass_threshold=args.pass_threshold)
+    grader = make_grader(grading.grader, grading.grader_options, args.cache)
     args.out.mkdir(parents=True, exist_ok=True)
     # The run directory keeps the graded groups too, so viewers can show patches without the inputs.
     write_groups([item for item in items if not isinstance(item, LoadError)], args.out / "groups.jsonl")
@@ -134,7 +101,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         disable=len(items) < 2,
     ) as progress:
         task = progress.add_task("grade", total=len(items), last="")
-        for index, result in _stream(items, grader, options, args):
+        for index, result in _stream(items, grader, grading, args):
             results[index] = result
             progress.update(task, advance=1, last=f"{result.group_id}: {result.status}")
     ordered = [results[i] for i in sorted(results)]
@@ -155,21 +122,21 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 1 if counts["failed"] else 0
 
 
-def _stream(items: list, grader, options: GradingOptions, args: argparse.Namespace):
+def _stream(items: list, grader: Grader, grading: GradingArguments, args: argparse.Namespace):
     """(input index, result) pairs as groups finish, in-process or through Ray."""
     if args.ray is not None:
         from grader.integrations.ray import RayGrader
 
         ray_grader = RayGrader(
-            grader_name=args.grader,
-            grader_options=_grader_options(args),
-            options=options,
+            grader_name=grading.grader,
+            grader_factory=partial(make_grader, grading.grader, grading.grader_options, args.cache),
+            options=grading.options,
             address=args.ray or None,
             actors=args.workers,
         )
         yield from ray_grader.grade_indexed(items)
         return
-    yield from grade_indexed(items, grader, options, workers=args.workers)
+    yield from grade_indexed(items, grader, grading.options, workers=args.workers)
 
 
 def cmd_workspace(args: argparse.Namespace) -> int:
@@ -220,29 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument(
         "--out", required=True, type=Path, help="run directory; results.jsonl is written there"
     )
-    grade.add_argument("--grader", default="heuristic", choices=list(GRADERS))
-    grade.add_argument(
-        "--grade-all-pass", action="store_true", help="also grade groups where every trajectory passed"
-    )
-    grade.add_argument(
-        "--scheme", default=redistribute.DEFAULT_SCHEME, choices=sorted(redistribute.WEIGHT_SCHEMES)
-    )
-    grade.add_argument(
-        "--floor", type=float, default=redistribute.DEFAULT_FLOOR, help="lowest weight, in (0, 1]"
-    )
-    grade.add_argument("--decay", type=float, default=0.5, help="per-rank factor of the exponential scheme")
-    grade.add_argument("--top-k", type=int, default=1, help="ranks kept at full weight by the top-k scheme")
-    grade.add_argument("--preserve", default="sequence", choices=["sequence", "token", "none"])
-    grade.add_argument(
-        "--pass-threshold", type=float, default=1.0, help="reward at which a trajectory passes"
-    )
-    grade.add_argument("--max-patch-bytes", type=int, default=GradingOptions.max_patch_bytes)
-    grade.add_argument("--workers", type=int, default=4, help="groups graded at once (default 4)")
-    grade.add_argument("--max-llm-calls", type=int, default=32, help="LLM requests in flight at once")
-    grade.add_argument("--max-sandboxes", type=int, default=4, help="sandboxes open at once")
-    grade.add_argument(
-        "--cache", type=Path, help="grade cache folder: groups graded before are not graded again"
-    )
+    add_grading_arguments(grade)
     grade.add_argument(
         "--ray",
         nargs="?",
@@ -251,31 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="grade on a Ray cluster (a local one when no address is given)",
     )
-    llm = grade.add_argument_group("llm grader")
-    llm.add_argument("--model", help="model name as the endpoint knows it")
-    llm.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
-    llm.add_argument(
-        "--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key"
-    )
-    llm.add_argument("--prompts", type=Path, help="folder whose files override the shipped prompts/")
-    llm.add_argument(
-        "--sandbox",
-        default="docker",
-        choices=["docker", "local", "none"],
-        help="where the run tool executes code (none: no run tool)",
-    )
-    llm.add_argument(
-        "--tool-mode",
-        default="native",
-        choices=["native", "text"],
-        help="native function calling, or JSON in text for endpoints without it",
-    )
-    llm.add_argument("--show-failing", action="store_true", help="show failing trajectories for contrast")
-    llm.add_argument("--seed", type=int, help="seed for labels and their order (default: random, recorded)")
-    llm.add_argument("--temperature", type=float, default=0.0)
-    llm.add_argument("--max-turns", type=int, default=Budgets.turns)
-    llm.add_argument("--max-tokens", type=int, default=Budgets.tokens)
-    llm.add_argument("--max-seconds", type=float, default=Budgets.wall_seconds)
     grade.set_defaults(func=cmd_grade)
 
     workspace = sub.add_parser("workspace", help="build one group's workspace and keep it for inspection")
@@ -310,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
+    except (GagarError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from grader.errors import InputFileError
 from grader.models import DEFAULT_PASS_THRESHOLD, Group, Task, Trajectory, complete_group
 
 
@@ -85,6 +86,24 @@ def parse_group(
             update={"task": group.task.model_copy(update={"repo": str((base_dir / repo).resolve())})}
         )
     return complete_group(group, pass_threshold=pass_threshold)
+
+
+def check_inputs(paths: Iterable[Path | str]) -> list[Path]:
+    """The paths, once each is known to be a readable file. Raises InputFileError naming the first that
+    is not (missing, a folder, unreadable), so a command can refuse before grading anything."""
+    checked = []
+    for path in map(Path, paths):
+        if not path.exists():
+            raise InputFileError(f"{path}: no such file")
+        if not path.is_file():
+            raise InputFileError(f"{path}: not a file")
+        try:
+            with open(path, "rb") as handle:
+                handle.read(1)
+        except OSError as exc:
+            raise InputFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+        checked.append(path)
+    return checked
 
 
 def load_groups(

@@ -11,6 +11,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from grader.errors import GitError
+
 # Fixed identity and date: a branch's commit id then depends only on its tree, so runs are reproducible.
 COMMIT_IDENTITY = "gagar <gagar@localhost>"
 COMMIT_EPOCH = "946684800 +0000"
@@ -24,15 +26,6 @@ SAFE_CONFIG = (
     "protocol.ext.allow=never",
     "advice.detachedHead=false",
 )
-
-
-class GitError(RuntimeError):
-    """A git command failed; the message carries the command and git's own words."""
-
-    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
-        self.returncode = returncode
-        self.stderr = stderr.strip()
-        super().__init__(f"git {' '.join(args)} exited {returncode}: {self.stderr}")
 
 
 def safe_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -7,9 +7,11 @@ first; nothing deeper in the pipeline re-validates.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from grader.outcomes import Outcome, RedistributionOutcome, Status
 
 DEFAULT_PASS_THRESHOLD = 1.0
 GRPO_EPS = 1e-6
@@ -111,9 +113,6 @@ def complete_group(
     return group.model_copy(update={"trajectories": trajectories})
 
 
-Status = Literal["graded", "skipped", "failed"]
-
-
 class PatchStats(BaseModel):
     """What a patch touches, from unidiff."""
 
@@ -147,12 +146,18 @@ class GroupResult(BaseModel):
     group_id: str
     status: Status
     reason: str = ""
+    outcome: Outcome | None = None
+    """Why the group ended as it did, as a code (see `grader.outcomes`); `reason` says it in words."""
     grader: str
     ranking: list[list[str]] = Field(default_factory=list)
     weights: dict[str, float] = Field(default_factory=dict)
     advantages_before: dict[str, float | None] = Field(default_factory=dict)
     advantages_after: dict[str, float | None] = Field(default_factory=dict)
     redistribution: str = ""
+    redistribution_outcome: RedistributionOutcome | None = None
+    """What redistribution did, as a code; `redistribution` says it in words."""
+    certainty: float | None = None
+    """The grader's certainty when it stated one (also under `details["weight_shrink"]`)."""
     trajectories: dict[str, TrajectoryReport] = Field(default_factory=dict)
     flags: dict[str, list[str]] = Field(default_factory=dict)
     usage: dict[str, int] = Field(default_factory=dict)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from grader.errors import PatchError
 from grader.models import PatchStats
 
 DEFAULT_MAX_PATCH_BYTES = 2_000_000
@@ -22,10 +23,6 @@ _DIFF_GIT = re.compile(r"^diff --git (\"?a/.*\"?) (\"?b/.*\"?)$")
 _HEADER_PATH = re.compile(r"^(?:---|\+\+\+) (.*?)(?:\t.*)?$")
 _RENAME_COPY = re.compile(r"^(?:rename|copy) (?:from|to) (.*)$")
 _SYMLINK_MODE = re.compile(r"^(?:new file mode|new mode) 120000$")
-
-
-class PatchError(ValueError):
-    """A patch that cannot be accepted; the message says why."""
 
 
 def is_test_path(path: str) -> bool:

@@ -12,39 +12,74 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from grader import patches, redistribute
-from grader.cache import GradeCache, group_key
-from grader.concurrency import Concurrency
+from grader.concurrency import Concurrency, default_resources
+from grader.errors import GradingFailed, InvalidRanking, WorkspaceError
 from grader.formats import LoadError
-from grader.graders.base import Grader, GradingFailed
+from grader.graders.base import Grade, Grader
 from grader.mirrors import MirrorCache
-from grader.models import Group, GroupResult, Status, TrajectoryReport
-from grader.ranking import InvalidRanking, validate_ranking
+from grader.models import Group, GroupResult, TrajectoryReport
+from grader.outcomes import Outcome, RedistributionOutcome
+from grader.ranking import validate_ranking
 from grader.sampling import skip_reason
-from grader.workspace import DEFAULT_MAX_FUZZ, WorkspaceError, open_workspace
+from grader.view import WorkspaceView
+from grader.workspace import DEFAULT_MAX_FUZZ, Workspace, open_workspace
 
 
 @dataclass
 class GradingOptions:
-    """How groups are graded and credit redistributed. The defaults are what `gagar grade` uses."""
+    """How groups are graded and credit redistributed. The defaults are what `gagar grade` uses; the fields
+    with a command-line name are the options of every command that grades (see `grader.cli_options`)."""
 
     grade_all_pass: bool = False
-    scheme: str = redistribute.DEFAULT_SCHEME
-    scheme_params: dict[str, float] = field(default_factory=lambda: {"floor": redistribute.DEFAULT_FLOOR})
-    preserve: str = "sequence"
+    """Also grade groups where every trajectory passed (a standalone patch set)."""
+    scheme: str = field(
+        default=redistribute.DEFAULT_SCHEME, metadata={"choices": redistribute.WEIGHT_SCHEMES}
+    )
+    """Weight scheme that turns rank positions into weights."""
+    floor: float = redistribute.DEFAULT_FLOOR
+    """Lowest weight, in (0, 1]."""
+    decay: float = field(default=0.5, metadata={"scheme": "exponential"})
+    """Per-rank factor of the exponential scheme."""
+    top_k: int = field(default=1, metadata={"scheme": "top-k", "param": "k"})
+    """Ranks kept at full weight by the top-k scheme."""
+    preserve: redistribute.Preserve = "sequence"
+    """What stays constant over the passing trajectories: the advantage sum (sequence), the token-weighted
+    sum (token, for token-mean losses; needs response_length), or nothing (none, an ablation)."""
     max_patch_bytes: int = patches.DEFAULT_MAX_PATCH_BYTES
+    """Largest patch accepted, in bytes."""
     max_fuzz: int = DEFAULT_MAX_FUZZ
-    mirrors: MirrorCache | None = None
-    workspace_root: Path | None = None
-    keep_workspaces: bool = False
-    concurrency: Concurrency | None = None
-    cache: GradeCache | None = None
+    """Most fuzz the apply chain may use (0 to 2)."""
+    scheme_params: dict[str, float] | None = field(default=None, metadata={"cli": None})
+    """The scheme's parameters as given to `rank_to_weights`; overrides floor, decay and top_k when set."""
+    mirrors: MirrorCache | None = field(default=None, metadata={"cli": None})
+    """Where repositories are mirrored (default: the shared cache)."""
+    workspace_root: Path | None = field(default=None, metadata={"cli": None})
+    """Where a workspace is built (default: a new temporary directory per group)."""
+    keep_workspaces: bool = field(default=False, metadata={"cli": None})
+    """Keep workspaces after grading, for inspection."""
+    concurrency: Concurrency | None = field(default=None, metadata={"cli": None})
+    """The resources object every grading shares (default: the process's own, `default_resources()`)."""
+
+    def weight_params(self) -> dict[str, float]:
+        """The parameters `rank_to_weights` gets for `scheme`."""
+        if self.scheme_params is not None:
+            return dict(self.scheme_params)
+        params: dict[str, float] = {"floor": self.floor}
+        for f in fields(self):
+            if f.metadata.get("scheme") == self.scheme:
+                params[f.metadata.get("param", f.name)] = getattr(self, f.name)
+        return params
+
+    @property
+    def resources(self) -> Concurrency:
+        return self.concurrency or default_resources()
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -63,17 +98,18 @@ def _reports(group: Group) -> dict[str, TrajectoryReport]:
     return reports
 
 
-def passthrough(
-    item: Group | LoadError, grader_name: str, reason: str, status: Status = "failed"
-) -> GroupResult:
+def passthrough(item: Group | LoadError, grader_name: str, reason: str, outcome: Outcome) -> GroupResult:
     """A result that leaves every advantage as it was, with the reason (for groups not graded)."""
     if isinstance(item, LoadError):
-        return GroupResult(group_id=item.group_id, status=status, reason=reason, grader=grader_name)
+        return GroupResult(
+            group_id=item.group_id, status=outcome.status, reason=reason, outcome=outcome, grader=grader_name
+        )
     before = {t.id: _finite_or_none(t.advantage) for t in item.trajectories}
     return GroupResult(
         group_id=item.group_id,
-        status=status,
+        status=outcome.status,
         reason=reason,
+        outcome=outcome,
         grader=grader_name,
         advantages_before=before,
         advantages_after=dict(before),
@@ -83,19 +119,24 @@ def passthrough(
 def grade_group_sync(
     item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
 ) -> GroupResult:
-    """Grade one group (or report why a file entry is not a group). Never raises for bad input."""
+    """Grade one group (or report why a file entry is not a group).
+
+    Never raises for a group's own problems, nor for a grader's: every failure becomes a `failed` result
+    with its advantages unchanged, its `outcome` and the reason.
+    """
     options = options or GradingOptions()
     start = time.perf_counter()
     if isinstance(item, LoadError):
-        return passthrough(item, grader.name, f"invalid group ({item.source}): {item.reason}")
+        reason = f"invalid group ({item.source}): {item.reason}"
+        return passthrough(item, grader.name, reason, Outcome.INVALID_GROUP)
     group = item
-    result = passthrough(group, grader.name, "", status="skipped")
-    reason = skip_reason(group, grade_all_pass=options.grade_all_pass)
-    if reason is not None:
-        result.reason = reason
+    skip = skip_reason(group, grade_all_pass=options.grade_all_pass)
+    if skip is not None:
+        result = passthrough(group, grader.name, skip[1], skip[0])
         result.trajectories = _reports(group)
         result.seconds = round(time.perf_counter() - start, 4)
         return result
+    result = passthrough(group, grader.name, "", Outcome.GRADED)
     try:
         with open_workspace(
             group,
@@ -104,13 +145,13 @@ def grade_group_sync(
             mirrors=options.mirrors,
             max_patch_bytes=options.max_patch_bytes,
             max_fuzz=options.max_fuzz,
-            build_slots=options.concurrency.workspace if options.concurrency else None,
+            resources=options.resources,
         ) as workspace:
             _grade_in(workspace, group, grader, options, result)
     except WorkspaceError as exc:
-        result.status, result.reason = "failed", str(exc)
+        _fail(result, Outcome.WORKSPACE, str(exc))
     except Exception as exc:  # grading never crashes a training loop: any surprise fails this group only
-        result.status, result.reason = "failed", f"group {group.group_id!r}: {type(exc).__name__}: {exc}"
+        _fail(result, Outcome.INTERNAL_ERROR, f"group {group.group_id!r}: {type(exc).__name__}: {exc}")
     if result.status == "failed":
         result.advantages_after = dict(result.advantages_before)
         result.ranking, result.weights = [], {}
@@ -118,7 +159,13 @@ def grade_group_sync(
     return result
 
 
-def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, result: GroupResult) -> None:
+def _fail(result: GroupResult, outcome: Outcome, reason: str) -> None:
+    result.status, result.outcome, result.reason = outcome.status, outcome, reason
+
+
+def _grade_in(
+    workspace: Workspace, group: Group, grader: Grader, options: GradingOptions, result: GroupResult
+) -> None:
     for c in workspace.candidates.values():
         result.trajectories[c.trajectory_id] = TrajectoryReport(
             passed=c.passed,
@@ -130,37 +177,29 @@ def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, 
         )
     gradable = workspace.gradable()
     if not gradable:
-        result.status = "failed"
-        result.reason = "no passing trajectory has a patch that applies: " + "; ".join(
-            f"{c.trajectory_id}: {c.error}" for c in workspace.candidates.values() if c.passed
-        )
+        passing = [c for c in workspace.candidates.values() if c.passed]
+        problems = "; ".join(f"{c.trajectory_id}: {c.error}" for c in passing)
+        _fail(result, Outcome.NO_GRADABLE, f"no passing trajectory has a patch that applies: {problems}")
         return
-    key = group_key(group, grader, gradable) if options.cache is not None else ""
-    cached = options.cache.get(key, group, gradable) if options.cache is not None else None
     try:
-        grade = cached if cached is not None else grader.grade(workspace)
+        grade = grader.grade(WorkspaceView(workspace, options.resources))
         ranking = validate_ranking(grade.ranking, gradable)
     except InvalidRanking as exc:
-        result.status, result.reason = "failed", f"invalid ranking from {grader.name}: {exc}"
+        _fail(result, Outcome.INVALID_RANKING, f"invalid ranking from {grader.name}: {exc}")
         return
     except GradingFailed as exc:
-        result.status, result.reason = "failed", f"{grader.name} grader failed: {exc}"
-        _record_details(result, exc.details)
+        _fail(result, Outcome.GRADER_FAILED, f"{grader.name} grader failed: {exc}")
+        result.usage, result.transcript, result.flags = dict(exc.usage), exc.transcript, dict(exc.flags)
+        result.details = dict(exc.details)
         return
-    if options.cache is not None and cached is None:
-        options.cache.put(key, group, grade)
-    _record_details(result, grade.details)
-    for trajectory_id, report in result.trajectories.items():
-        report.signals = grade.signals.get(trajectory_id, {})
-        report.rationale = grade.rationales.get(trajectory_id)
-    result.status, result.ranking = "graded", ranking
+    _record(result, grade)
+    result.status, result.outcome, result.ranking = "graded", Outcome.GRADED, ranking
     skipped = [c.trajectory_id for c in workspace.candidates.values() if c.passed and not c.commit]
     result.reason = f"{len(skipped)} passing trajectories left out: {', '.join(skipped)}" if skipped else ""
 
-    weights = redistribute.rank_to_weights(ranking, options.scheme, **options.scheme_params)
-    shrink = grade.details.get("weight_shrink")
-    if shrink is not None:  # a grader unsure of itself (a consensus that disagreed) moves less credit
-        weights = redistribute.shrink_weights(weights, float(shrink))
+    weights = redistribute.rank_to_weights(ranking, options.scheme, **options.weight_params())
+    if grade.certainty is not None:  # an unsure grader (a consensus that disagreed) moves less credit
+        weights = redistribute.shrink_weights(weights, grade.certainty)
     result.weights = weights
     included = [t for t in group.trajectories if t.id in weights or not t.passed]
     advantages = np.array([t.advantage for t in included], dtype=np.float64)
@@ -169,25 +208,30 @@ def _grade_in(workspace, group: Group, grader: Grader, options: GradingOptions, 
     lengths = None
     if options.preserve == "token":
         if any(t.response_length is None for t in included if t.passed):
-            result.redistribution = (
-                "identity: preserve='token' needs response_length on every graded trajectory"
-            )
+            _redistributed(result, RedistributionOutcome.NEEDS_LENGTHS)
             return
         lengths = np.array([float(t.response_length or 0) for t in included])
     outcome = redistribute.redistribute_group(
         advantages, passed, w, lengths=lengths, preserve=options.preserve
     )
-    result.redistribution = "applied" if outcome.applied else f"identity: {outcome.reason}"
+    _redistributed(result, outcome.outcome)
     for t, value in zip(included, outcome.advantages.tolist(), strict=True):
         result.advantages_after[t.id] = value
 
 
-def _record_details(result: GroupResult, details: dict[str, Any]) -> None:
-    details = dict(details)
-    result.usage = details.pop("usage", {}) or {}
-    result.transcript = details.pop("transcript", None)
-    result.flags = {tid: list(hits) for tid, hits in (details.pop("flags", {}) or {}).items()}
-    result.details = details
+def _redistributed(result: GroupResult, outcome: RedistributionOutcome) -> None:
+    result.redistribution_outcome, result.redistribution = outcome, outcome.describe()
+
+
+def _record(result: GroupResult, grade: Grade) -> None:
+    result.usage, result.transcript, result.flags = dict(grade.usage), grade.transcript, dict(grade.flags)
+    result.details = dict(grade.details)
+    if grade.certainty is not None:
+        result.certainty = grade.certainty
+        result.details["weight_shrink"] = grade.certainty  # where readers of 0.1 results look for it
+    for trajectory_id, report in result.trajectories.items():
+        report.signals = grade.signals.get(trajectory_id, {})
+        report.rationale = grade.rationales.get(trajectory_id)
 
 
 def grade_indexed(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
+from grader.errors import InvalidRanking
+
 Ranking = list[list[str]]
-
-
-class InvalidRanking(ValueError):
-    """A ranking that does not rank exactly the expected candidates once each; the message says how."""
 
 
 def validate_ranking(ranking: Ranking, expected: list[str]) -> Ranking:

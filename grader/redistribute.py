@@ -34,6 +34,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from grader.outcomes import RedistributionOutcome
+
 __all__ = [
     "DEFAULT_FLOOR",
     "DEFAULT_SCHEME",
@@ -63,21 +65,22 @@ PRESERVE_MODES: tuple[str, ...] = ("sequence", "token", "none")
 WeightScheme = Callable[..., np.ndarray]
 WEIGHT_SCHEMES: dict[str, WeightScheme] = {}
 
-REASON_NO_PASSING = "no passing trajectory"
-REASON_BAD_ADVANTAGE = "passing advantage <= 0 or not finite: cannot redistribute"
-REASON_BAD_WEIGHT = "passing weight <= 0 or not finite: cannot redistribute"
-REASON_UNIFORM = "uniform weights"
-REASON_BAD_SCALE = "rescale factor not finite or not positive (advantage sums overflow or underflow)"
+REASON_NO_PASSING = RedistributionOutcome.NO_PASSING.text
+REASON_BAD_ADVANTAGE = RedistributionOutcome.BAD_ADVANTAGE.text
+REASON_BAD_WEIGHT = RedistributionOutcome.BAD_WEIGHT.text
+REASON_UNIFORM = RedistributionOutcome.UNIFORM.text
+REASON_BAD_SCALE = RedistributionOutcome.BAD_SCALE.text
 
 # Checked in this order; a group gets the first reason that applies. Validity comes before uniformity
 # because NaN weights are neither uniform nor usable.
-_IDENTITY_REASONS: tuple[str, ...] = (
-    REASON_NO_PASSING,
-    REASON_BAD_ADVANTAGE,
-    REASON_BAD_WEIGHT,
-    REASON_UNIFORM,
-    REASON_BAD_SCALE,
+_IDENTITY_OUTCOMES: tuple[RedistributionOutcome, ...] = (
+    RedistributionOutcome.NO_PASSING,
+    RedistributionOutcome.BAD_ADVANTAGE,
+    RedistributionOutcome.BAD_WEIGHT,
+    RedistributionOutcome.UNIFORM,
+    RedistributionOutcome.BAD_SCALE,
 )
+_IDENTITY_REASONS: tuple[str, ...] = tuple(outcome.text for outcome in _IDENTITY_OUTCOMES)
 _APPLIED = -1
 
 
@@ -206,6 +209,7 @@ class Redistribution:
     advantages: np.ndarray
     applied: bool
     reason: str
+    outcome: RedistributionOutcome = RedistributionOutcome.APPLIED
 
 
 def _as_float_array(values: ArrayLike, name: str) -> np.ndarray:
@@ -358,7 +362,8 @@ def redistribute_group(
     )
     result = original.copy()
     if codes[0] != _APPLIED:
-        return Redistribution(advantages=result, applied=False, reason=_IDENTITY_REASONS[codes[0]])
+        outcome = _IDENTITY_OUTCOMES[codes[0]]
+        return Redistribution(advantages=result, applied=False, reason=outcome.text, outcome=outcome)
     result[passed_flags] = new_advantages[passed_flags]
     return Redistribution(advantages=result, applied=True, reason="")
 

@@ -18,7 +18,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,19 +27,17 @@ from git.objects import Blob, Tree
 from unidiff import PatchSet
 
 from grader import patches
+from grader.concurrency import Concurrency, default_resources
+from grader.errors import WorkspaceError
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
 from grader.mirrors import MirrorCache, shared_cache
-from grader.models import Group, PatchStats
+from grader.models import Group, PatchStats, Task
+from grader.view import BASE, CandidateInfo, WorkspaceView
 
-BASE = "base"
 BASE_REF = "refs/heads/base"
 CANDIDATE_NAMESPACE = "refs/heads/candidates/"
 FAILING_NAMESPACE = "refs/failing/"
 DEFAULT_MAX_FUZZ = 2
-
-
-class WorkspaceError(RuntimeError):
-    """The group's workspace cannot be built (repository or base commit unusable); names the group."""
 
 
 @dataclass
@@ -92,10 +90,14 @@ def _apply_attempts(patch: str, max_fuzz: int) -> Iterator[tuple[str, list[str],
 
 
 class Workspace:
-    """A group's repository of branches. Use `open_workspace`, which removes it afterwards."""
+    """A group's repository of branches. Use `open_workspace`, which removes it afterwards.
 
-    def __init__(self, group: Group, path: Path, mirror: Path) -> None:
+    It implements `GradingView` (the reading methods below); graders get `view()`, which exposes only those.
+    """
+
+    def __init__(self, group: Group, path: Path, mirror: Path, resources: Concurrency | None = None) -> None:
         self.group = group
+        self.resources = resources or default_resources()
         self.path = path
         self.git_dir = path / "repo.git"
         self.mirror = mirror
@@ -274,6 +276,38 @@ class Workspace:
             self._repo = Repo(self.git_dir)
         return self._repo
 
+    def view(self) -> WorkspaceView:
+        """The read-only `GradingView` graders receive."""
+        return WorkspaceView(self)
+
+    @property
+    def group_id(self) -> str:
+        return self.group.group_id
+
+    @property
+    def task(self) -> Task:
+        return self.group.task.model_copy(deep=True)
+
+    def candidate(self, trajectory_id: str) -> CandidateInfo:
+        c = self.candidates.get(trajectory_id)
+        if c is None:
+            raise KeyError(f"group {self.group.group_id!r} has no trajectory {trajectory_id!r}")
+        return CandidateInfo(
+            trajectory_id=c.trajectory_id,
+            passed=c.passed,
+            applied=c.commit is not None,
+            apply_method=c.apply_method,
+            error=c.error,
+            patch_class=c.patch_class,
+            stats=c.stats.model_copy() if c.stats is not None else None,
+        )
+
+    def candidate_infos(self) -> list[CandidateInfo]:
+        return [self.candidate(tid) for tid in self.candidates]
+
+    def patch(self, trajectory_id: str) -> str:
+        return self.group.trajectory(trajectory_id).patch
+
     def gradable(self) -> list[str]:
         """Passing trajectories whose patch applied and verified: the ones a grader ranks."""
         return [c.trajectory_id for c in self.candidates.values() if c.passed and c.commit]
@@ -409,11 +443,14 @@ def open_workspace(
     max_fuzz: int = DEFAULT_MAX_FUZZ,
     workers: int = 4,
     build_slots: threading.Semaphore | None = None,
+    resources: Concurrency | None = None,
 ) -> Iterator[Workspace]:
     """Build the workspace of a completed group (see `models.complete_group`) and remove it on exit.
 
     `root` is where it lives (a new temporary directory by default); with `keep` it stays for inspection.
-    `build_slots`, when given, is held while building, to bound concurrent builds across threads.
+    `resources` bound concurrent builds (`resources.workspace`, held while building) and are what graders
+    of this workspace share (the process default when not given); `build_slots`, when given, is held
+    instead of `resources.workspace`.
     Trajectory-level problems (a patch that is invalid or does not apply) are recorded on the trajectory's
     `Candidate.error`; group-level ones raise WorkspaceError naming the group and the cause.
     """
@@ -428,9 +465,10 @@ def open_workspace(
         path = Path(root)
         if path.exists() and any(path.iterdir()):
             raise WorkspaceError(f"group {group.group_id!r}: workspace directory {str(path)!r} is not empty")
-    workspace = Workspace(group, path, mirror)
+    workspace = Workspace(group, path, mirror, resources)
+    slots = build_slots if build_slots is not None else workspace.resources.workspace
     try:
-        with build_slots if build_slots is not None else nullcontext():
+        with slots:
             workspace.build(max_patch_bytes=max_patch_bytes, max_fuzz=max_fuzz, workers=workers)
         yield workspace
     finally:

@@ -6,7 +6,7 @@ import asyncio
 import threading
 from pathlib import Path
 
-from grader.cache import GradeCache
+from grader.cache import CachedGrader, GradeCache
 from grader.concurrency import Concurrency
 from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
@@ -66,7 +66,6 @@ def test_llm_calls_are_bounded_separately() -> None:
                 "scripted",
                 base_url=server.url,
                 sandbox=None,
-                concurrency=concurrency,
                 budgets=Budgets(retries=0),
             )
             results = grade_groups(
@@ -92,21 +91,22 @@ def test_the_cache_skips_groups_graded_before(tmp_path: Path) -> None:
             Counting.calls += 1
             return super().grade(workspace)
 
-    options = GradingOptions(cache=GradeCache(tmp_path / "cache"))
+    cache = GradeCache(tmp_path / "cache")
+    options = GradingOptions()
     (group,) = example_copies(1)
-    first = grade_group_sync(group, Counting(), options)
-    again = grade_group_sync(group, Counting(), options)
+    first = grade_group_sync(group, CachedGrader(Counting(), cache), options)
+    again = grade_group_sync(group, CachedGrader(Counting(), cache), options)
     assert Counting.calls == 1 and again.details.get("cached") is True
     assert (again.ranking, again.advantages_after) == (first.ranking, first.advantages_after)
     # The same patches under new ids at a later step: still a hit, mapped to the new ids.
     renamed = group.model_copy(
         update={"trajectories": [t.model_copy(update={"id": f"step2-{t.id}"}) for t in group.trajectories]}
     )
-    hit = grade_group_sync(renamed, Counting(), options)
+    hit = grade_group_sync(renamed, CachedGrader(Counting(), cache), options)
     assert Counting.calls == 1
     assert hit.ranking == [[f"step2-{t}" for t in tier] for tier in first.ranking]
     assert hit.trajectories["step2-clean"].rationale == first.trajectories["clean"].rationale
     # Different content, or a different grader configuration: graded again.
     changed = group.model_copy(update={"trajectories": group.trajectories[1:]})
-    grade_group_sync(changed, Counting(), options)
+    grade_group_sync(changed, CachedGrader(Counting(), cache), options)
     assert Counting.calls == 2

@@ -41,7 +41,7 @@ class Misbehaving(HeuristicGrader):
         self.die, self.slow, self.marker = die, slow, marker
 
     def grade(self, workspace):
-        gid = workspace.group.group_id
+        gid = workspace.group_id
         if gid == self.die and not (self.marker and os.path.exists(self.marker)):
             if self.marker:
                 Path(self.marker).write_text("died once")

@@ -16,15 +16,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from grader import redistribute
+from grader.cache import CachedGrader
+from grader.cli_options import GradingArguments, add_grading_arguments, grading_from_args
 from grader.evaluation import degrade as degrading
 from grader.evaluation import harness
 from grader.evaluation.consensus import ConsensusGrader
-from grader.formats import load_groups
+from grader.formats import check_inputs, load_groups
 from grader.graders import get_grader
-from grader.graders.base import GRADERS, Grader
+from grader.graders.base import Grader
 from grader.models import Group
-from grader.pipeline import GradingOptions, write_results
+from grader.pipeline import write_results
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:
@@ -33,39 +34,31 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return f"{value:+.3f}" if signed else f"{value:.3f}"
 
 
-def grader_factory(args: argparse.Namespace) -> harness.GraderFactory:
-    """`make_grader(k)`: the grader the options describe, the k-th time. For the LLM grader the seed moves
-    with k (seed + k), so every grading shows the candidates under other labels in another order."""
-    if args.grader != "llm":
-        return lambda k: get_grader(args.grader)
-    if not args.model:
-        raise ValueError("--grader llm needs --model")
-    options: dict[str, Any] = {
-        "model": args.model,
-        "base_url": args.base_url,
-        "api_key_env": args.api_key_env,
-        "sandbox": None if args.sandbox == "none" else args.sandbox,
-        "tool_mode": args.tool_mode,
-        "temperature": args.temperature,
-        "transcript_dir": args.out / "transcripts",
-    }
+def grader_factory(args: argparse.Namespace, grading: GradingArguments) -> harness.GraderFactory:
+    """`make_grader(k)`: the grader the options describe, the k-th time. For a grader with a seed the seed
+    moves with k (seed + k), so every grading shows the candidates under other labels in another order."""
+    options = dict(grading.grader_options)
+    if "seed" not in options:
+        return lambda k: get_grader(grading.grader, **options)
+    seed = options.pop("seed")
     return lambda k: get_grader(
-        "llm", **options, seed=None if args.seed is None else args.seed + k
+        grading.grader, **options, seed=None if seed is None else seed + k
     )  # a None seed is drawn at random per grading, and recorded
 
 
 def _grader(args: argparse.Namespace, make_grader: harness.GraderFactory) -> Grader:
-    if args.consensus > 1:
-        return ConsensusGrader(make_grader, args.consensus)
-    return make_grader(0)
+    grader = ConsensusGrader(make_grader, args.consensus) if args.consensus > 1 else make_grader(0)
+    return CachedGrader(grader, args.cache) if args.cache else grader
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     console = Console()
+    inputs = check_inputs(args.inputs)
+    grading = grading_from_args(args, transcript_dir=args.out / "transcripts")
     references = harness.load_reference(args.reference)
-    items = load_groups(args.inputs)
-    make_grader = grader_factory(args)
-    options = GradingOptions(scheme=args.scheme, scheme_params={"floor": args.floor})
+    items = load_groups(inputs, pass_threshold=args.pass_threshold)
+    make_grader = grader_factory(args, grading)
+    options = grading.options
     evaluation, results = harness.evaluate(
         items, references, _grader(args, make_grader), options, workers=args.workers
     )
@@ -199,7 +192,6 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument(
         "--out", required=True, type=Path, help="run directory; eval.json and results.jsonl are written there"
     )
-    evaluate.add_argument("--grader", default="heuristic", choices=list(GRADERS))
     evaluate.add_argument(
         "--consensus", type=int, default=1, metavar="K", help="grade K times and take the Borda consensus"
     )
@@ -211,26 +203,7 @@ def register(subparsers: Any) -> None:
         help="also grade each group K times (the single grader, seed + k, trajectories reordered): "
         "agreement and position bias",
     )
-    evaluate.add_argument(
-        "--scheme", default=redistribute.DEFAULT_SCHEME, choices=sorted(redistribute.WEIGHT_SCHEMES)
-    )
-    evaluate.add_argument("--floor", type=float, default=redistribute.DEFAULT_FLOOR)
-    evaluate.add_argument("--workers", type=int, default=4, help="groups graded at once (default 4)")
-    llm = evaluate.add_argument_group("llm grader")
-    llm.add_argument("--model", help="model name as the endpoint knows it")
-    llm.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
-    llm.add_argument(
-        "--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key"
-    )
-    llm.add_argument(
-        "--sandbox",
-        default="docker",
-        choices=["docker", "local", "none"],
-        help="where the run tool executes code (none: no run tool)",
-    )
-    llm.add_argument("--tool-mode", default="native", choices=["native", "text"])
-    llm.add_argument("--temperature", type=float, default=0.0)
-    llm.add_argument("--seed", type=int, help="seed of the first grading; grading k uses seed + k")
+    add_grading_arguments(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 
     degrade = subparsers.add_parser(

@@ -1,8 +1,9 @@
 """A grader that grades K times and agrees with itself: Borda consensus, credit shrunk by disagreement.
 
 `ConsensusGrader(factory, k)` asks `factory(0) ... factory(k-1)` (the same grader with other seeds, so other
-label orders) for a ranking, combines them by Borda count, and reports how far to trust the result as
-`details["weight_shrink"]`: the mean Kendall tau between the K rankings, floored at 0. A grader that ranks
+label orders) for a ranking, combines them by Borda count, and reports how far to trust the result as its
+`certainty`: the mean Kendall tau between the K rankings, floored at 0 (results show it under
+`details["weight_shrink"]`). A grader that ranks
 the same way whatever the order keeps its full say; one whose rankings disagree moves less credit, because
 its weights are pulled toward uniform by `shrink_weights`, which the pipeline applies after the scheme.
 """
@@ -12,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grader.cache import fingerprint as grader_fingerprint
+from grader.errors import GradingFailed, InvalidRanking
 from grader.evaluation import metrics
-from grader.graders.base import Grade, Grader, GradingFailed
-from grader.ranking import InvalidRanking, validate_ranking
-from grader.workspace import Workspace
+from grader.graders.base import Grade, Grader
+from grader.ranking import validate_ranking
+from grader.view import GradingView
 
 
 def agreement_factor(rankings: list[list[list[str]]]) -> float:
@@ -47,11 +48,12 @@ class ConsensusGrader:
         self.name = f"{factory(0).name}-consensus{k}"
 
     def fingerprint(self) -> str:
-        members = "|".join(grader_fingerprint(self.factory(i)) for i in range(self.k))
+        members = "|".join(self.factory(i).fingerprint() for i in range(self.k))
         return f"consensus:{self.k}:{self.quorum}:{members}"
 
-    def grade(self, workspace: Workspace) -> Grade:
-        gradable = workspace.gradable()
+    def grade(self, view: GradingView) -> Grade:
+        """K gradings combined; raises GradingFailed when fewer than the quorum give a valid ranking."""
+        gradable = view.gradable()
         grades: list[Grade] = []
         rankings: list[list[list[str]]] = []
         failures: list[str] = []
@@ -59,17 +61,17 @@ class ConsensusGrader:
         flags: dict[str, list[str]] = {}
         for i in range(self.k):
             try:
-                grade = self.factory(i).grade(workspace)
+                grade = self.factory(i).grade(view)
                 ranking = validate_ranking(grade.ranking, gradable)
             except GradingFailed as exc:
                 failures.append(f"grading {i}: {exc}")
-                _add_usage(usage, exc.details.get("usage"))
+                _add_usage(usage, exc.usage)
                 continue
             except InvalidRanking as exc:
                 failures.append(f"grading {i}: invalid ranking: {exc}")
                 continue
-            _add_usage(usage, grade.details.get("usage"))
-            for tid, hits in (grade.details.get("flags") or {}).items():
+            _add_usage(usage, grade.usage)
+            for tid, hits in grade.flags.items():
                 flags.setdefault(tid, []).extend(h for h in hits if h not in flags.get(tid, []))
             grades.append(grade)
             rankings.append(ranking)
@@ -77,7 +79,8 @@ class ConsensusGrader:
             raise GradingFailed(
                 f"{len(rankings)} of {self.k} gradings succeeded, quorum {self.quorum}: "
                 + "; ".join(failures),
-                details={"usage": usage, "flags": flags},
+                usage=usage,
+                flags=flags,
             )
         consensus = metrics.borda(rankings)
         scores = metrics.borda_scores(rankings)
@@ -90,15 +93,15 @@ class ConsensusGrader:
             for tid in gradable
         }
         signals = {tid: {**first.signals.get(tid, {}), "borda": scores[tid]} for tid in gradable}
-        members = [
-            {key: value for key, value in g.details.items() if key not in ("usage", "flags")} for g in grades
-        ]
+        members = [dict(g.details) for g in grades]
         return Grade(
             ranking=consensus,
             rationales=rationales,
             signals=signals,
+            usage=usage,
+            flags=flags,
+            certainty=shrink,
             details={
-                "weight_shrink": shrink,
                 "consensus": {
                     "k": self.k,
                     "valid": len(rankings),
@@ -107,8 +110,6 @@ class ConsensusGrader:
                     "failures": failures,
                     "members": members,
                 },
-                "usage": usage,
-                "flags": flags,
             },
         )
 

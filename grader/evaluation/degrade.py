@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from grader import patches
+from grader.errors import DegradeError
 from grader.evaluation import edits
 from grader.evaluation.edits import NotApplicable
 from grader.formats import load_group_file, write_groups
@@ -58,10 +59,6 @@ DESCRIPTIONS: dict[str, str] = {
     "test_edit": "an existing assertion loosened (== also accepts None) or commented out",
 }
 SCRIPT_NAMES = ("reproduce.py", "reproduce_issue.py", "repro.py")
-
-
-class DegradeError(ValueError):
-    """The group cannot be degraded (no such clean trajectory, it does not apply) or a variant failed to."""
 
 
 @dataclass(frozen=True)

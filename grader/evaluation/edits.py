@@ -19,6 +19,8 @@ import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from grader.errors import NotApplicable
+
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 # Renames a reviewer would call needless: same meaning, different spelling.
@@ -52,10 +54,6 @@ _SYNONYMS = {
     "lines": "rows",
 }
 _BLOCK_CONTINUATIONS = ("elif", "else", "except", "finally", "case")
-
-
-class NotApplicable(ValueError):
-    """This edit cannot be made on this source (nothing to edit, or no safe way to edit it); says why."""
 
 
 @dataclass(frozen=True)

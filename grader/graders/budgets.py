@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Budgets:
     """Limits on one grading. Exhausting any of them fails the group with the budget named."""
 
-    turns: int = 24
-    tokens: int = 400_000
-    tool_output_chars: int = 300_000
-    wall_seconds: float = 900.0
-    repairs: int = 2
+    turns: int = field(default=24, metadata={"cli": "--max-turns"})
+    """Model turns (requests that are answered)."""
+    tokens: int = field(default=400_000, metadata={"cli": "--max-tokens"})
+    """Prompt plus completion tokens over the whole grading."""
+    tool_output_chars: int = field(default=300_000, metadata={"cli": "--max-tool-output-chars"})
+    """Characters of tool output sent to the model over the whole grading."""
+    wall_seconds: float = field(default=900.0, metadata={"cli": "--max-seconds"})
+    """Wall time of one grading, not counting waits for an LLM or sandbox slot."""
+    repairs: int = field(default=2, metadata={"cli": "--max-repairs"})
+    """Invalid rankings sent back to the model for repair before the grading fails."""
     request_timeout: float = 180.0
+    """Seconds one request may take."""
     retries: int = 4
+    """Retries of a request that failed for a transient reason (429, 5xx, connection)."""
     retry_wait_initial: float = 0.5
+    """First wait between retries, in seconds (exponential with jitter after it)."""
     retry_wait_max: float = 20.0
+    """Longest wait between retries, in seconds."""
     max_output_tokens: int = 4096
+    """Tokens the model may generate per turn."""

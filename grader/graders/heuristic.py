@@ -1,4 +1,4 @@
-"""The heuristic grader, gagar's default: ranks passing candidates from signals read off the workspace.
+"""The heuristic grader, gagar's default: ranks passing candidates from signals read off the view.
 
 No model and no execution: each equivalence class of patches is scored on what a reviewer would object to in
 a fix that already passes the tests, and classes are ranked by total penalty (equal penalties tie). Weights,
@@ -27,7 +27,7 @@ from typing import Any
 from grader import patches
 from grader.graders.base import Grade
 from grader.ranking import expand_classes
-from grader.workspace import BASE, Workspace
+from grader.view import BASE, GradingView
 
 PENALTIES = {
     "test_files_modified": 3.0,
@@ -93,10 +93,11 @@ class HeuristicGrader:
     version = 2  # bump when a change alters rankings, so cached grades are not reused
 
     def fingerprint(self) -> str:
+        """The name and the signal version: nothing else changes its grades."""
         return f"{self.name}:{self.version}"
 
-    def grade(self, workspace: Workspace) -> Grade:
-        candidates = [self._read(workspace, members[0]) for members in workspace.classes]
+    def grade(self, view: GradingView) -> Grade:
+        candidates = [self._read(view, members[0]) for members in view.classes]
         if not candidates:
             return Grade(ranking=[])
         sizes = {c.representative: _changed_lines(c.parsed) for c in candidates}
@@ -106,7 +107,7 @@ class HeuristicGrader:
             others = (
                 set().union(*(o.touched for o in candidates if o is not c)) if len(candidates) > 1 else None
             )
-            signals = self._signals(workspace, c, others)
+            signals = self._signals(view, c, others)
             signals["size_ratio"] = round(max(1, sizes[c.representative]) / smallest, 3)
             penalty = sum(PENALTIES[name] * len(signals[name]) for name in FILE_SIGNALS)
             penalty += sum(PENALTIES[name] * min(LINE_SIGNAL_CAP, signals[name]) for name in LINE_SIGNALS)
@@ -114,7 +115,7 @@ class HeuristicGrader:
             signals["penalty"] = round(penalty, 6)
             scored.append((signals["penalty"], c.representative, signals))
 
-        position = {tid: i for i, tid in enumerate(workspace.gradable())}  # ties keep the input order
+        position = {tid: i for i, tid in enumerate(view.gradable())}  # ties keep the input order
         scored.sort(key=lambda item: (item[0], position[item[1]]))
         class_ranking: list[list[str]] = []
         last_penalty = None
@@ -124,7 +125,7 @@ class HeuristicGrader:
             else:
                 class_ranking.append([representative])
                 last_penalty = penalty
-        classes = {members[0]: members for members in workspace.classes}
+        classes = {members[0]: members for members in view.classes}
         signals_by_id: dict[str, dict[str, Any]] = {}
         rationales: dict[str, str] = {}
         for _, representative, signals in scored:
@@ -137,13 +138,13 @@ class HeuristicGrader:
             ranking=expand_classes(class_ranking, classes), rationales=rationales, signals=signals_by_id
         )
 
-    def _read(self, workspace: Workspace, trajectory_id: str) -> _Candidate:
-        parsed = patches.parse(workspace.diff(trajectory_id))
+    def _read(self, view: GradingView, trajectory_id: str) -> _Candidate:
+        parsed = patches.parse(view.diff(trajectory_id))
         touched = {patches.file_path(f) for f in parsed}
         new = {patches.file_path(f) for f in parsed if f.is_added_file}
         return _Candidate(trajectory_id, parsed, new, touched)
 
-    def _signals(self, workspace: Workspace, c: _Candidate, others: set[str] | None) -> dict[str, Any]:
+    def _signals(self, view: GradingView, c: _Candidate, others: set[str] | None) -> dict[str, Any]:
         leftovers = sorted(p for p in c.new_files if is_leftover(p))
         tests_modified = sorted(p for p in c.touched - c.new_files if patches.is_test_path(p))
         debug = commented = swallowed = 0
@@ -160,7 +161,7 @@ class HeuristicGrader:
                 and _FORMATTING.sub("", "".join(added)) == _FORMATTING.sub("", "".join(removed))
             ):
                 formatting_only.append(path)
-            if any(_DEBUG.search(text) for text in added) and not self._base_uses_debug(workspace, path):
+            if any(_DEBUG.search(text) for text in added) and not self._base_uses_debug(view, path):
                 debug += sum(1 for text in added if _DEBUG.search(text))
             commented += sum(1 for text in added if _COMMENTED_CODE.match(text) or _DEAD_CODE.match(text))
             swallowed += _swallowed(added)
@@ -186,10 +187,10 @@ class HeuristicGrader:
         }
 
     @staticmethod
-    def _base_uses_debug(workspace: Workspace, path: str) -> bool:
+    def _base_uses_debug(view: GradingView, path: str) -> bool:
         # A command-line module that already prints is following its own convention, not debugging.
         try:
-            text = workspace.read_file(BASE, path).decode("utf-8", "replace")
+            text = view.read_file(BASE, path).decode("utf-8", "replace")
         except FileNotFoundError:
             return False
         return bool(_DEBUG.search(text))

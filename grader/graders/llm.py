@@ -14,10 +14,9 @@ import os
 import re
 import secrets
 import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletion
@@ -30,9 +29,10 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from grader.concurrency import Concurrency
-from grader.graders.base import Grade, GradingFailed
+from grader.errors import GradingFailed
+from grader.graders.base import Grade
 from grader.graders.budgets import Budgets
+from grader.graders.llm_config import LLMConfig
 from grader.graders.tools import (
     SUBMIT,
     Submission,
@@ -44,29 +44,11 @@ from grader.graders.tools import (
 )
 from grader.prompts import Prompts, load_prompts
 from grader.transcript import Transcript
-from grader.workspace import Workspace, ref_name
+from grader.view import GradingView
+from grader.workspace import ref_name
 
 RETRYABLE = (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
-
-
-@dataclass
-class LLMConfig:
-    """How to reach the model and how to run the grading. See `gagar grade --help` for the CLI names."""
-
-    model: str
-    base_url: str | None = None
-    api_key: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    tool_mode: Literal["native", "text"] = "native"
-    prompts_dir: Path | None = None
-    budgets: Budgets = field(default_factory=Budgets)
-    sandbox: Literal["docker", "local"] | None = "docker"
-    show_failing: bool = False
-    seed: int | None = None
-    transcript_dir: Path | None = None
-    concurrency: Concurrency | None = None
 
 
 @dataclass
@@ -77,13 +59,15 @@ class _Usage:
     completion_tokens: int = 0
     tool_calls: int = 0
     tool_output_chars: int = 0
+    slot_wait: float = 0.0  # seconds waiting for a shared LLM slot: not counted against the wall budget
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
     def as_dict(self) -> dict[str, int]:
-        return {**self.__dict__, "total_tokens": self.total_tokens}
+        counts = {k: v for k, v in self.__dict__.items() if k != "slot_wait"}
+        return {**counts, "total_tokens": self.total_tokens}
 
 
 def _text_tool_call(content: str | None) -> tuple[str, Any] | None:
@@ -106,7 +90,8 @@ def _text_tool_call(content: str | None) -> tuple[str, Any] | None:
 
 
 class LLMGrader:
-    """Grades a workspace with an LLM agent. Thread-safe: each `grade` call has its own state."""
+    """Grades a group with an LLM agent (options: the fields of `LLMConfig`). Thread-safe: each `grade`
+    call has its own state. Raises ValueError for an option `LLMConfig` does not have."""
 
     name = "llm"
 
@@ -123,26 +108,24 @@ class LLMGrader:
             timeout=self.config.budgets.request_timeout,
         )
 
-    def grade(self, workspace: Workspace) -> Grade:
-        group_id = workspace.group.group_id
+    def grade(self, view: GradingView) -> Grade:
+        """Grade one group with the model; see `Grader.grade`. Raises GradingFailed with the reason."""
+        group_id = view.group_id
         seed = self._seed(group_id)
         path = None
         if self.config.transcript_dir is not None:
             path = Path(self.config.transcript_dir) / f"{ref_name(group_id)}.jsonl"
         transcript = Transcript(path)
-        candidates = assign_labels(workspace, seed, self.config.show_failing)
-        toolbox = Toolbox(
-            workspace, candidates, self.prompts.tools, sandbox_opener=self._sandbox_opener(workspace)
-        )
+        candidates = assign_labels(view, seed, self.config.show_failing)
+        toolbox = Toolbox(view, candidates, self.prompts.tools, sandbox_opener=self._sandbox_opener(view))
         usage = _Usage()
-        flags = injections_by_trajectory(workspace)
+        flags = injections_by_trajectory(view)
         details: dict[str, Any] = {
             "model": self.config.model,
             "seed": seed,
             "labels": candidates.members,
             "shown": candidates.order,
             "contrast": candidates.contrast,
-            "transcript": str(path) if path else None,
         }
         transcript.event(
             "start",
@@ -156,39 +139,41 @@ class LLMGrader:
         for tid, hits in flags.items():
             transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
         try:
-            submission = self._loop(toolbox, candidates.order, workspace, transcript, usage)
+            submission = self._loop(toolbox, candidates.order, view, transcript, usage)
         except GradingFailed as exc:
             transcript.event("failed", reason=str(exc), usage=usage.as_dict())
-            exc.details = {**details, "usage": usage.as_dict(), "flags": flags}
+            exc.details, exc.usage, exc.flags = details, usage.as_dict(), flags
+            exc.transcript = str(path) if path else None
             raise
         finally:
             toolbox.close()
             transcript.close()
         signals = {tid: {"injection": hits} for tid, hits in flags.items()}
-        for tid in workspace.gradable():
+        for tid in view.gradable():
             signals.setdefault(tid, {})["confidence"] = submission.confidence
         return Grade(
             ranking=submission.ranking,
             rationales=submission.reasons,
             signals=signals,
-            details={
-                **details,
-                "usage": usage.as_dict(),
-                "flags": flags,
-                "confidence": submission.confidence,
-                "ranking_labels": submission.labels,
-            },
+            usage=usage.as_dict(),
+            transcript=str(path) if path else None,
+            flags=flags,
+            details={**details, "confidence": submission.confidence, "ranking_labels": submission.labels},
         )
 
     # -- the loop ----------------------------------------------------------------------------------------
 
     def _loop(
-        self, toolbox: Toolbox, labels: list[str], workspace: Workspace, transcript: Transcript, usage: _Usage
+        self, toolbox: Toolbox, labels: list[str], view: GradingView, transcript: Transcript, usage: _Usage
     ) -> Submission:
         budgets = self.config.budgets
-        deadline = time.monotonic() + budgets.wall_seconds
+        began = time.monotonic()
+
+        def deadline() -> float:  # waits for shared slots are not the grading's time
+            return began + budgets.wall_seconds + usage.slot_wait + toolbox.waited
+
         native = self.config.tool_mode == "native"
-        messages = self._opening(toolbox, labels, workspace, native)
+        messages = self._opening(toolbox, labels, view, native)
         for message in messages:
             transcript.event("message", role=message["role"], content=message["content"])
         repairs = 0
@@ -197,7 +182,7 @@ class LLMGrader:
                 raise GradingFailed(f"token budget exhausted ({usage.total_tokens:,} >= {budgets.tokens:,})")
             if usage.tool_output_chars >= budgets.tool_output_chars:
                 raise GradingFailed(f"tool output budget exhausted ({usage.tool_output_chars:,} characters)")
-            response = self._complete(messages, toolbox, native, deadline, transcript, usage)
+            response = self._complete(messages, toolbox, native, deadline(), transcript, usage)
             message = response.choices[0].message
             calls = self._calls(message, native)
             assistant: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
@@ -253,11 +238,11 @@ class LLMGrader:
                     output, is_error = f"error: {exc}", True
                 usage.tool_output_chars += len(output)
                 self._reply(messages, transcript, call_id, name, output, native, started, is_error)
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline():
                 raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)")
         raise GradingFailed(f"turn budget exhausted ({budgets.turns} turns) without a valid ranking")
 
-    def _opening(self, toolbox: Toolbox, labels: list[str], workspace: Workspace, native: bool) -> list[dict]:
+    def _opening(self, toolbox: Toolbox, labels: list[str], view: GradingView, native: bool) -> list[dict]:
         system = self.prompts.system
         if not native:
             described = "\n".join(
@@ -272,7 +257,7 @@ class LLMGrader:
                 f"{', '.join(toolbox.candidates.contrast)}\n"
             )
         task = self.prompts.task.format(
-            statement=wrap(workspace.group.task.statement or "(no statement given)"),
+            statement=wrap(view.task.statement or "(no statement given)"),
             labels=", ".join(labels),
             contrast=contrast,
             tools=", ".join(toolbox.names()),
@@ -356,8 +341,12 @@ class LLMGrader:
             for attempt in retrying:
                 with attempt:
                     usage.requests += 1
-                    timeout = max(0.1, min(budgets.request_timeout, deadline - time.monotonic()))
-                    with self.config.concurrency.llm if self.config.concurrency else nullcontext():
+                    waiting = time.monotonic()
+                    with toolbox.view.resources.llm:
+                        waited = time.monotonic() - waiting
+                        usage.slot_wait += waited
+                        deadline += waited
+                        timeout = max(0.1, min(budgets.request_timeout, deadline - time.monotonic()))
                         # The raw POST: `chat.completions.create` re-validates every message of the growing
                         # conversation against the SDK's TypedDicts on each turn, the loop's largest CPU cost.
                         response = self.client.post(
@@ -417,17 +406,20 @@ class LLMGrader:
         digest = hashlib.sha256(f"{self.config.seed}:{group_id}".encode()).digest()
         return int.from_bytes(digest[:4], "big")
 
-    def _sandbox_opener(self, workspace: Workspace):
+    def _sandbox_opener(self, view: GradingView):
         backend = self.config.sandbox
         if backend is None:
             return None
-        task = workspace.group.task
+        task = view.task
 
         def opener():
             from grader.sandbox import open_sandbox
 
             return open_sandbox(
-                workspace, backend=backend, image=task.image, setup=task.setup, test_command=task.test_command
+                view, backend=backend, image=task.image, setup=task.setup, test_command=task.test_command
             )
 
         return opener
+
+
+__all__ = ["Budgets", "LLMConfig", "LLMGrader"]

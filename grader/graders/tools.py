@@ -1,4 +1,4 @@
-"""The grader's tools: list, diff, read, search and run over one workspace, under random candidate labels.
+"""The grader's tools: list, diff, read, search and run over one group's view, under random candidate labels.
 
 Schemas and descriptions come from `prompts/tools.json`; this module implements them. Everything a tool
 returns that comes from a candidate or the repository is wrapped as data with a per-call random marker, and
@@ -12,13 +12,15 @@ import random
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.errors import ToolError
 from grader.ranking import InvalidRanking, validate_ranking
 from grader.sandbox.base import Sandbox, SandboxError
-from grader.workspace import BASE, Workspace
+from grader.view import BASE, GradingView
 
 DEFAULT_OUTPUT_CHARS = 12_000
 DEFAULT_PAGE_CHARS = 8_000
@@ -61,10 +63,6 @@ def wrap(text: str) -> str:
     return f"<<<DATA {marker}>>>\n{text}\n<<<END {marker}>>>"
 
 
-class ToolError(Exception):
-    """A tool call the model got wrong; the message goes back to the model."""
-
-
 @dataclass
 class Candidates:
     """The labels the grader sees, and what they stand for."""
@@ -84,10 +82,10 @@ class Candidates:
         raise ToolError(f"unknown label {label!r}; labels: {', '.join(self.order + list(self.contrast))}")
 
 
-def assign_labels(workspace: Workspace, seed: int, show_failing: bool = False) -> Candidates:
+def assign_labels(view: GradingView, seed: int, show_failing: bool = False) -> Candidates:
     """Random labels in a random order (both from `seed`), one per class of equivalent patches."""
     rng = random.Random(seed)
-    classes = list(workspace.classes)
+    classes = [list(ids) for ids in view.classes]
     rng.shuffle(classes)
     used: set[str] = set()
 
@@ -101,7 +99,7 @@ def assign_labels(workspace: Workspace, seed: int, show_failing: bool = False) -
     members = {fresh("C"): list(ids) for ids in classes}
     contrast: dict[str, str] = {}
     if show_failing:
-        failing = [c.trajectory_id for c in workspace.candidates.values() if not c.passed and c.commit]
+        failing = [c.trajectory_id for c in view.candidates() if not c.passed and c.applied]
         rng.shuffle(failing)
         contrast = {fresh("F"): tid for tid in failing}
     return Candidates(order=list(members), members=members, contrast=contrast, seed=seed)
@@ -167,11 +165,11 @@ class Submission:
 
 
 class Toolbox:
-    """The tools over one workspace. `sandbox_opener` starts a sandbox on first `run`; None disables `run`."""
+    """The tools over one group's view. `sandbox_opener` starts a sandbox on first `run` (None: no `run`)."""
 
     def __init__(
         self,
-        workspace: Workspace,
+        view: GradingView,
         candidates: Candidates,
         specs: list[dict[str, Any]],
         sandbox_opener: Callable[[], Sandbox] | None = None,
@@ -179,7 +177,7 @@ class Toolbox:
         page_chars: int = DEFAULT_PAGE_CHARS,
         sandbox_slots: threading.Semaphore | None = None,
     ) -> None:
-        self.workspace = workspace
+        self.view = view
         self.candidates = candidates
         self.specs = {
             spec["name"]: spec for spec in specs if spec["name"] != "run" or sandbox_opener is not None
@@ -187,7 +185,9 @@ class Toolbox:
         self.output_chars = output_chars
         self.page_chars = page_chars
         self._sandbox_opener = sandbox_opener
-        self._sandbox_slots = sandbox_slots
+        # A sandbox is a container (or a local sandbox): hold one of the process's slots while it is open.
+        self._sandbox_slots = sandbox_slots if sandbox_slots is not None else view.resources.sandbox
+        self.waited = 0.0  # seconds spent waiting for a slot: not the grading's time, so not its budget's
         self._sandbox: Sandbox | None = None
         self._sandbox_error: str | None = None
 
@@ -233,8 +233,7 @@ class Toolbox:
                 self._sandbox.close()
             finally:
                 self._sandbox = None
-                if self._sandbox_slots is not None:
-                    self._sandbox_slots.release()
+                self._sandbox_slots.release()
 
     # -- the tools ---------------------------------------------------------------------------------------
 
@@ -244,23 +243,21 @@ class Toolbox:
     def _tool_list_candidates(self) -> str:
         rows = []
         for label in self.candidates.order:
-            c = self.workspace.candidates[self.candidates.members[label][0]]
+            c = self.view.candidate(self.candidates.members[label][0])
             stats = c.stats
             files = ", ".join(stats.files) if stats else "?"
             size = f"+{stats.lines_added} -{stats.lines_removed}" if stats else ""
             same = len(self.candidates.members[label])
             rows.append(f"{label}: {size} in {files}" + (f" (submitted {same} times)" if same > 1 else ""))
         for label, tid in self.candidates.contrast.items():
-            stats = self.workspace.candidates[tid].stats
+            stats = self.view.candidate(tid).stats
             rows.append(
                 f"{label} (FAILED the tests; for contrast only): {', '.join(stats.files) if stats else '?'}"
             )
         return wrap("\n".join(rows))
 
     def _tool_diff(self, candidate: str, against: str = BASE, path: str | None = None, page: int = 1) -> str:
-        text = self.workspace.diff(
-            self._target(candidate), self._target(against), paths=[path] if path else None
-        )
+        text = self.view.diff(self._target(candidate), self._target(against), paths=[path] if path else None)
         pages = max(1, -(-len(text) // self.page_chars))
         if page > pages:
             raise ToolError(f"page {page} does not exist; the diff has {pages} page(s)")
@@ -272,7 +269,7 @@ class Toolbox:
         self, target: str, path: str, start_line: int = 1, end_line: int | None = None
     ) -> str:
         try:
-            data = self.workspace.read_file(self._target(target), path)
+            data = self.view.read_file(self._target(target), path)
         except FileNotFoundError as exc:
             raise ToolError(str(exc)) from None
         lines = data.decode("utf-8", "replace").splitlines()
@@ -286,7 +283,7 @@ class Toolbox:
 
     def _tool_search(self, target: str, pattern: str, path: str | None = None) -> str:
         try:
-            hits = self.workspace.grep(self._target(target), pattern, path)
+            hits = self.view.grep(self._target(target), pattern, path)
         except ValueError as exc:
             raise ToolError(f"search failed: {exc}") from None
         return f"{len(hits)} matching line(s)\n" + wrap(
@@ -329,23 +326,23 @@ class Toolbox:
         if self._sandbox is None:
             if self._sandbox_error is not None or self._sandbox_opener is None:
                 raise ToolError(f"run is unavailable: {self._sandbox_error or 'no sandbox configured'}")
-            if self._sandbox_slots is not None:
-                self._sandbox_slots.acquire()
+            started = time.monotonic()
+            self._sandbox_slots.acquire()
+            self.waited += time.monotonic() - started
             try:
                 self._sandbox = self._sandbox_opener()
             except Exception as exc:  # any backend failure leaves the other tools working
-                if self._sandbox_slots is not None:
-                    self._sandbox_slots.release()
+                self._sandbox_slots.release()
                 self._sandbox_error = f"{type(exc).__name__}: {exc}"
                 raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
         return self._sandbox
 
 
-def injections_by_trajectory(workspace: Workspace) -> dict[str, list[str]]:
+def injections_by_trajectory(view: GradingView) -> dict[str, list[str]]:
     """Injection attempts in each gradable trajectory's patch (its added lines, as submitted)."""
     found = {}
-    for tid in workspace.gradable():
-        hits = find_injections(workspace.group.trajectory(tid).patch)
+    for tid in view.gradable():
+        hits = find_injections(view.patch(tid))
         if hits:
             found[tid] = hits
     return found

@@ -250,7 +250,11 @@ def summarize(results: list[GroupResult]) -> Summary:
         spread = weight_spread(result)
         if result.status == "graded" and spread is not None:
             summary.spreads.append(spread)
-        if result.status == "graded" and result.redistribution.startswith("identity"):
+        outcome = result.redistribution_outcome
+        if result.status == "graded" and outcome is not None and not outcome.applied:
+            summary.identity[outcome.text] += 1
+        elif result.status == "graded" and outcome is None and result.redistribution.startswith("identity"):
+            # results written by gagar 0.1 carry the reason in words only
             summary.identity[result.redistribution.removeprefix("identity: ")[:120]] += 1
         if result.status == "failed":
             summary.failures[_reason_kind(result.reason)] += 1

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from grader.formats import LoadError
 from grader.graders.base import Grader, get_grader
 from grader.models import Group, GroupResult
+from grader.outcomes import Outcome
 from grader.pipeline import GradingOptions, grade_group_sync, passthrough
 
 try:
@@ -73,8 +74,9 @@ class RayGrader:
         name, grader_opts = grader_name, dict(grader_options or {})
         self._factory = grader_factory or (lambda: get_grader(name, **grader_opts))
         self.name = grader_name if grader_factory is None else getattr(grader_factory, "name", grader_name)
-        # Semaphores do not travel between processes: each actor is bounded by its own `per_actor`.
-        self.options = replace(options or GradingOptions(), concurrency=None)
+        # Each actor gets a copy of the resources' settings (semaphores do not travel between processes), so
+        # it bounds its own gradings as one process would; `per_actor` bounds how many groups it takes.
+        self.options = options or GradingOptions()
         self.per_actor = max(1, per_actor)
         self.retries = retries
         self.deadline = deadline
@@ -104,7 +106,8 @@ class RayGrader:
         queue: list[tuple[int, Group, int]] = []
         for index, item in enumerate(items):
             if isinstance(item, LoadError):
-                yield index, passthrough(item, self.name, f"invalid group ({item.source}): {item.reason}")
+                reason = f"invalid group ({item.source}): {item.reason}"
+                yield index, passthrough(item, self.name, reason, Outcome.INVALID_GROUP)
             else:
                 queue.append((index, item, 0))
 
@@ -137,9 +140,10 @@ class RayGrader:
                         reason = (
                             f"actor died while grading ({job.attempts + 1} attempts): {type(exc).__name__}"
                         )
-                        yield job.index, passthrough(job.group, self.name, reason)
+                        yield job.index, passthrough(job.group, self.name, reason, Outcome.ACTOR_DIED)
                 except ray.exceptions.RayError as exc:
-                    yield job.index, passthrough(job.group, self.name, f"ray: {type(exc).__name__}: {exc}")
+                    reason = f"ray: {type(exc).__name__}: {exc}"
+                    yield job.index, passthrough(job.group, self.name, reason, Outcome.DISTRIBUTED)
         late = [(job.index, job.group) for job in pending.values()] + [(i, g) for i, g, _ in queue]
         for ref in pending:
             ray.cancel(ref)
@@ -147,7 +151,12 @@ class RayGrader:
             waited = f"{self.deadline:g}s" if self.deadline is not None else "the deadline"
             yield (
                 index,
-                passthrough(group, self.name, f"deadline: not graded within {waited}; advantages unchanged"),
+                passthrough(
+                    group,
+                    self.name,
+                    f"deadline: not graded within {waited}; advantages unchanged",
+                    Outcome.DEADLINE,
+                ),
             )
 
     def grade(self, items: Iterable[Group | LoadError]) -> list[GroupResult]:

@@ -1,6 +1,7 @@
 """Running commands on a group's trees, isolated: see `base` for the interface, `open_sandbox` to get one."""
 
 from grader.sandbox.base import (
+    BACKENDS,
     BASE_TARGET,
     ExecResult,
     Limits,
@@ -12,6 +13,7 @@ from grader.sandbox.base import (
 )
 
 __all__ = [
+    "BACKENDS",
     "BASE_TARGET",
     "ExecResult",
     "Limits",

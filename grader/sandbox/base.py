@@ -14,18 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from grader.errors import SandboxError, SandboxUnavailable
+from grader.registry import Registry
+
 BASE_TARGET = "base"
 
 Command = str | Sequence[str]
 """A shell command line (run by `sh -c`) or an argv list (run as is)."""
-
-
-class SandboxError(RuntimeError):
-    """A sandbox could not do what was asked (unknown target, backend failure, closed sandbox)."""
-
-
-class SandboxUnavailable(SandboxError):
-    """The requested backend or isolation is not available here; nothing was run."""
 
 
 @runtime_checkable
@@ -170,10 +165,10 @@ class Sandbox(ABC):
             raise SandboxError(f"unknown target {target!r}; known: {', '.join(self._targets)}")
         seconds = self.limits.timeout if timeout is None else float(timeout)
         if seconds <= 0:
-            raise ValueError("timeout must be positive")
+            raise SandboxError("timeout must be positive")
         argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
-            raise ValueError("empty command")
+            raise SandboxError("empty command")
         self._ensure_setup(target)
         result = self._exec_in(target, argv, seconds, dict(env or {}), setup=False)
         return result
@@ -245,6 +240,11 @@ class Sandbox(ABC):
 
 
 Backend = Literal["docker", "local"]
+
+BACKENDS: Registry[Sandbox] = Registry("sandbox backend")
+"""Every sandbox backend by name (imported when first used: the docker SDK is not needed for `local`)."""
+BACKENDS.add("docker", "grader.sandbox.docker:DockerSandbox", doc="One hardened container per group.")
+BACKENDS.add("local", "grader.sandbox.local:LocalSandbox", doc="bubblewrap or unshare namespaces, rlimits.")
 
 
 def open_sandbox(

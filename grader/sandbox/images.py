@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.errors import ImageBuildError
+
 log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = "gagar/python:latest"
@@ -31,10 +33,6 @@ IMAGES_DIR = Path(__file__).resolve().parents[2] / "workspace_images"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SUITE = "bookworm"
 PYTHON_PACKAGES = ("python3", "python3-pytest", "python3-pip", "python3-setuptools", "git", "ca-certificates")
-
-
-class ImageBuildError(RuntimeError):
-    """An image could not be built (no engine, debootstrap failed, a Dockerfile step failed)."""
 
 
 @dataclass(frozen=True)

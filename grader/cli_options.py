@@ -1,0 +1,194 @@
+"""Command-line options generated from config dataclasses, so every command that grades takes the same ones.
+
+A config field becomes `--field-name` (or the name in `field(metadata={"cli": ...})`; `"cli": None` keeps
+it off the command line), its type gives the argument's type or choices, and the docstring under the field
+is its `--help`. `add_grading_arguments` adds, to any subcommand, the grader choice, every registered
+grader's options, the redistribution options of `GradingOptions` and the resources of `Concurrency`;
+`grading_from_args` reads them back. `gagar grade` and `gagar eval` both use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import textwrap
+import types
+import typing
+from dataclasses import MISSING, Field, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from grader.concurrency import Concurrency
+from grader.graders.base import GRADERS
+from grader.pipeline import GradingOptions
+
+NONE_CHOICE = "none"  # an optional choice (`Literal[...] | None`) takes "none" on the command line
+
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass, read from its source (empty where there is none)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, following in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+@dataclass(frozen=True)
+class _Option:
+    field: Field[Any]
+    dest: str
+    flag: str
+    kind: Any  # the field's type with Optional removed
+    optional: bool
+    doc: str
+
+
+def _strip_optional(annotation: Any) -> tuple[Any, bool]:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], len(args) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+def _options(cls: type, prefix: str) -> list[_Option]:
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    found = []
+    for f in dataclasses.fields(cls):
+        if "cli" in f.metadata and f.metadata["cli"] is None:
+            continue
+        kind, optional = _strip_optional(hints[f.name])
+        dest = f.name  # one namespace: option names are unique across configs (argparse checks)
+        if dataclasses.is_dataclass(kind):
+            found += _options(kind, dest)  # type: ignore[arg-type]
+            continue
+        flag = f.metadata.get("cli") or "--" + f.name.replace("_", "-")
+        found.append(_Option(f, dest, flag, kind, optional, docs.get(f.name, "")))
+    return found
+
+
+def _default(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
+
+
+def add_config_arguments(group: argparse._ActionsContainer, cls: type, prefix: str) -> None:
+    """Add one option per field of the dataclass `cls` (nested dataclasses flattened), under `prefix`."""
+    for option in _options(cls, prefix):
+        f, kind = option.field, option.kind
+        default = _default(f)
+        help_text = option.doc
+        if default not in (None, False, ""):
+            help_text += f" (default: {default})"
+        if kind is bool:
+            group.add_argument(option.flag, dest=option.dest, action="store_true", help=help_text)
+            continue
+        choices: list[str] | None = None
+        if "choices" in f.metadata:
+            choices = sorted(f.metadata["choices"])
+        elif typing.get_origin(kind) is Literal:
+            choices = [str(value) for value in typing.get_args(kind)]
+        if choices is not None:
+            if option.optional:
+                choices.append(NONE_CHOICE)
+            shown = NONE_CHOICE if default is None and option.optional else default
+            group.add_argument(option.flag, dest=option.dest, choices=choices, default=shown, help=help_text)
+            continue
+        convert = kind if kind in (int, float, str, Path) else str
+        group.add_argument(option.flag, dest=option.dest, type=convert, default=default, help=help_text)
+
+
+def config_from_args(cls: type, args: argparse.Namespace, prefix: str) -> dict[str, Any]:
+    """The keyword options for `cls` as given on the command line (required fields left out when unset)."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if "cli" in f.metadata and f.metadata["cli"] is None:
+            continue
+        kind, optional = _strip_optional(hints[f.name])
+        dest = f.name  # one namespace: option names are unique across configs (argparse checks)
+        if dataclasses.is_dataclass(kind):
+            values[f.name] = kind(**config_from_args(kind, args, dest))  # type: ignore[operator]
+            continue
+        value = getattr(args, dest)
+        if optional and value == NONE_CHOICE and typing.get_origin(kind) is Literal:
+            value = None
+        if value is None and f.default is MISSING and f.default_factory is MISSING:
+            continue  # a required option not given: the config's own error names it
+        values[f.name] = value
+    return values
+
+
+def add_grading_arguments(parser: argparse.ArgumentParser) -> None:
+    """The grader, its options, redistribution and resources: what every command that grades accepts."""
+    parser.add_argument(
+        "--grader",
+        default="heuristic",
+        choices=GRADERS.names(),
+        help="; ".join(f"{e.name}: {e.doc.split('.')[0]}" for e in GRADERS.entries()),
+    )
+    parser.add_argument("--workers", type=int, default=4, help="groups graded at once (default: 4)")
+    parser.add_argument(
+        "--pass-threshold", type=float, default=1.0, help="reward at which a trajectory passes"
+    )
+    parser.add_argument(
+        "--cache", type=Path, help="grade cache folder: groups graded before are not graded again"
+    )
+    add_config_arguments(parser.add_argument_group("grading and redistribution"), GradingOptions, "grading")
+    add_config_arguments(parser.add_argument_group("resources (per process)"), Concurrency, "resources")
+    for entry in GRADERS.entries():
+        if entry.config is not None and dataclasses.fields(entry.config):
+            group = parser.add_argument_group(f"{entry.name} grader")
+            add_config_arguments(group, entry.config, f"grader_options.{entry.name}")
+
+
+@dataclass
+class GradingArguments:
+    """What `add_grading_arguments` options say, ready to use."""
+
+    grader: str
+    grader_options: dict[str, Any]
+    options: GradingOptions
+    resources: Concurrency
+
+
+def grading_from_args(args: argparse.Namespace, transcript_dir: Path | None = None) -> GradingArguments:
+    """Read the options back. Raises ValueError for options that cannot work (e.g. llm without a model)."""
+    resources = Concurrency(**config_from_args(Concurrency, args, "resources"))
+    options = GradingOptions(**config_from_args(GradingOptions, args, "grading"), concurrency=resources)
+    grader_options: dict[str, Any] = {}
+    entry = GRADERS.get(args.grader)
+    if entry.config is not None:
+        grader_options = config_from_args(entry.config, args, f"grader_options.{entry.name}")
+        names = {f.name for f in dataclasses.fields(entry.config)}
+        if "transcript_dir" in names and transcript_dir is not None:
+            grader_options["transcript_dir"] = transcript_dir
+        missing = [
+            f.name
+            for f in dataclasses.fields(entry.config)
+            if f.default is MISSING and f.default_factory is MISSING and f.name not in grader_options
+        ]
+        if missing:
+            flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+            raise ValueError(f"--grader {args.grader} needs {flags}")
+    return GradingArguments(args.grader, grader_options, options, resources)

@@ -1,0 +1,40 @@
+"""The LLM grader's configuration, apart from the agent loop: the CLI builds its options without the SDK."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from grader.graders.budgets import Budgets
+
+
+@dataclass
+class LLMConfig:
+    """The agentic grader: an LLM on an OpenAI-compatible endpoint inspects the candidates with tools, then
+    submits a ranking that is validated before use."""
+
+    model: str
+    """Model name as the endpoint knows it (required)."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (default: the OpenAI API)."""
+    api_key: str | None = field(default=None, metadata={"cli": None})
+    """The API key itself (API only: on a command line it would show in `ps`; use api_key_env)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key (servers that need none accept any)."""
+    temperature: float = 0.0
+    """Sampling temperature."""
+    tool_mode: Literal["native", "text"] = "native"
+    """native function calling, or JSON in text for endpoints without it."""
+    prompts_dir: Path | None = field(default=None, metadata={"cli": "--prompts"})
+    """Folder whose files override the shipped prompts/."""
+    budgets: Budgets = field(default_factory=Budgets)
+    """Limits on one grading (turns, tokens, time, ...)."""
+    sandbox: Literal["docker", "local"] | None = "docker"
+    """Where the run tool executes code (none: no run tool)."""
+    show_failing: bool = False
+    """Show failing trajectories for contrast."""
+    seed: int | None = None
+    """Seed for labels and their order (default: random, recorded). `gagar eval` grading k uses seed + k."""
+    transcript_dir: Path | None = field(default=None, metadata={"cli": None})
+    """Where each grading's transcript is written (the CLI uses RUN_DIR/transcripts)."""
