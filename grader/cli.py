@@ -219,10 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     from grader.evaluation.cli import register as register_evaluation
     from grader.inspect.cli import register as register_inspect
     from grader.sandbox.cli import register as register_sandbox
+    from grader.simulate_cli import register as register_simulate
 
     register_sandbox(sub)
     register_evaluation(sub)
     register_inspect(sub)
+    register_simulate(sub)
     return parser
 
 

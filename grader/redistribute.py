@@ -397,6 +397,7 @@ def redistribute_batch(
     weights: ArrayLike,
     response_mask: ArrayLike | None = None,
     preserve: Preserve = "sequence",
+    lengths: ArrayLike | None = None,
 ) -> tuple[np.ndarray, dict[Hashable, str]]:
     """Redistribute every group of a flat batch at once.
 
@@ -405,7 +406,8 @@ def redistribute_batch(
     ``(N, T)`` of 0/1 is required: the sequence advantage is the masked row mean (GRPO broadcasts one scalar
     over the response tokens), the length is the mask row sum, and each changed row is multiplied by
     ``a'_i / a_i`` (changed rows always have ``a_i > 0``), so zeros stay zeros. For ``(N,)`` input the mask is
-    only needed for ``preserve="token"``, to supply lengths.
+    only needed for ``preserve="token"``, to supply lengths; ``lengths`` ``(N,)`` (response lengths in tokens)
+    may supply them instead, without building an ``(N, T)`` mask, and is rejected together with a mask.
 
     Returns a new array of exactly the input's shape and floating dtype (the input is never mutated) and a
     dict ``group_id -> reason`` for the groups left unchanged; see :func:`redistribute_group` for the
@@ -434,14 +436,24 @@ def redistribute_batch(
         mask = mask.astype(np.float64, copy=False)
     elif original.ndim == 2:
         raise ValueError("response_mask is required when advantages is 2-D")
-    elif preserve == "token":
-        raise ValueError('preserve="token" requires response_mask to give response lengths')
+    elif preserve == "token" and lengths is None:
+        raise ValueError('preserve="token" requires response_mask or lengths to give response lengths')
 
-    lengths = mask.sum(axis=1) if mask is not None else None
+    length_values: np.ndarray | None = None
+    if lengths is not None:
+        if mask is not None:
+            raise ValueError("give response_mask or lengths, not both")
+        length_values = _as_vector(lengths, n, "lengths")
+        if preserve == "token":
+            passing_lengths = length_values[passed_flags]
+            if not np.all(np.isfinite(passing_lengths) & (passing_lengths > 0)):
+                raise ValueError("lengths of passing trajectories must be finite and positive")
+    elif mask is not None:
+        length_values = mask.sum(axis=1)
     if original.ndim == 2:
-        assert mask is not None and lengths is not None
+        assert mask is not None and length_values is not None
         row_sums = np.einsum("nt,nt->n", original.astype(np.float64, copy=False), mask)
-        sequence_advantages = np.divide(row_sums, lengths, out=np.zeros(n), where=lengths > 0)
+        sequence_advantages = np.divide(row_sums, length_values, out=np.zeros(n), where=length_values > 0)
     else:
         sequence_advantages = original.astype(np.float64)
 
@@ -451,7 +463,7 @@ def redistribute_batch(
         len(group_keys),
         passed_flags,
         weight_values,
-        lengths,
+        length_values,
         preserve,
     )
     reasons = {group_keys[g]: _IDENTITY_REASONS[code] for g, code in enumerate(codes) if code != _APPLIED}

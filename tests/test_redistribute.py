@@ -776,3 +776,26 @@ def test_mixed_group_mask_agrees_with_is_mixed_group(group_ids: tuple[list[int],
     for i, group_id in enumerate(ids):
         members = [passed[j] for j, other in enumerate(ids) if other == group_id]
         assert mask[i] == is_mixed_group(np.array(members, dtype=bool))
+
+
+def test_batch_lengths_give_the_same_token_preservation_as_a_mask():
+    advantages = np.array([0.8, 0.8, 0.8, -1.2, 0.5, 0.5, -1.0])
+    groups = [0, 0, 0, 0, 1, 1, 1]
+    passed = [True, True, True, False, True, True, False]
+    weights = [1.0, 0.75, 0.5, 1.0, 1.0, 0.5, 1.0]
+    lengths = np.array([3, 5, 2, 4, 1, 6, 2])
+    mask = (np.arange(6)[None, :] < lengths[:, None]).astype(float)
+    by_mask, reasons_mask = redistribute_batch(advantages, groups, passed, weights, mask, preserve="token")
+    by_lengths, reasons = redistribute_batch(
+        advantages, groups, passed, weights, preserve="token", lengths=lengths
+    )
+    np.testing.assert_allclose(by_lengths, by_mask, rtol=0, atol=1e-15)
+    assert reasons == reasons_mask == {}
+    kept = (advantages * lengths)[[0, 1, 2]].sum()
+    assert (by_lengths * lengths)[[0, 1, 2]].sum() == pytest.approx(kept, rel=1e-12)
+    with pytest.raises(ValueError, match="not both"):
+        redistribute_batch(advantages, groups, passed, weights, mask, preserve="token", lengths=lengths)
+    with pytest.raises(ValueError, match="finite and positive"):
+        redistribute_batch(advantages, groups, passed, weights, preserve="token", lengths=lengths * 0)
+    with pytest.raises(ValueError, match="requires response_mask or lengths"):
+        redistribute_batch(advantages, groups, passed, weights, preserve="token")

@@ -1,0 +1,278 @@
+"""`gagar simulate`: run the GRPO simulation of `grader.simulate` and write its table and plot.
+
+Writes to the output folder: `table.txt` (the table as printed), `simulation.json` (the config, the table's
+rows and each series averaged over seeds) and `simulation.png` (needs matplotlib: `pip install 'gagar[plot]'`,
+or pass `--no-plot`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from grader import redistribute
+from grader.simulate import AGGREGATIONS, ARMS, SimulationConfig, SimulationResult, simulate
+
+TABLE = "table.txt"
+DATA = "simulation.json"
+PLOT = "simulation.png"
+SMOOTH = (
+    25  # steps in the moving average of the plotted update norm: one step's norm is mostly sampling noise
+)
+
+
+def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {', '.join(unknown) or '(none)'}; known: {', '.join(known)}"
+        )
+    return names
+
+
+def config_from_args(args: argparse.Namespace) -> SimulationConfig:
+    params: dict[str, float] = {"floor": args.floor}
+    if args.scheme == "exponential":
+        params["decay"] = args.decay
+    if args.scheme == "top-k":
+        params["k"] = args.top_k
+    config = SimulationConfig(
+        steps=args.steps,
+        seeds=args.seeds,
+        seed=args.seed,
+        groups=args.groups,
+        group_size=args.group_size,
+        learning_rate=args.learning_rate,
+        grader_noise=args.grader_noise,
+        position_bias=args.position_bias,
+        task_spread=args.task_spread,
+        scheme=args.scheme,
+        scheme_params=params,
+        arms=args.arms,
+        aggregations=args.aggregations,
+    )
+    config.validate()
+    return config
+
+
+def _pm(value: tuple[float, float], digits: int) -> str:
+    return f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
+
+
+def summary_table(result: SimulationResult) -> Table:
+    """The table `gagar simulate` prints: one row per (arm, loss aggregation)."""
+    config = result.config
+    table = Table(
+        title=f"simulation: {config.steps} steps x {config.seeds} seeds, {config.groups} groups of "
+        f"{config.group_size}; grader noise {config.grader_noise:g}, position bias {config.position_bias:g}",
+        show_edge=False,
+        pad_edge=False,
+    )
+    columns = [
+        ("arm", "left"),
+        ("loss", "left"),
+        ("clean share", "right"),
+        ("edits tests", "right"),
+        ("mean tokens", "right"),
+        ("pass", "right"),
+        ("mass var", "right"),
+        ("|mass - grpo|", "right"),
+        ("norm var", "right"),
+        ("seq credit chg", "right"),
+        ("token credit chg", "right"),
+    ]
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for row in result.summary():
+        edits = row["edits_tests_end"]
+        table.add_row(
+            row["arm"],
+            row["aggregation"],
+            f"{row['clean_start']:.2f} -> {_pm(row['clean_end'], 3)}",
+            "-" if edits is None else f"{edits[0]:.3f}",
+            f"{row['tokens_start']:,.0f} -> {row['tokens_end'][0]:,.0f}",
+            f"{row['pass_end'][0]:.3f}",
+            f"{row['mass_variance']:.2e}",
+            f"{row['mass_change']:.2e}",
+            f"{row['norm_variance']:.2e}",
+            f"{row['sequence_credit_change']:.1e}",
+            f"{row['token_credit_change']:.1e}",
+        )
+    return table
+
+
+LEGEND = """\
+clean share, edits tests, pass: policy share of the clean fixes (any length) and of test-editing fixes, and
+  the share of passing rollouts: start -> mean of the last 10% of steps (± sd over seeds)
+mean tokens: expected response length under the policy, start -> end
+mass var, norm var: step-to-step variance (half the mean squared difference of consecutive steps) of the
+  step's advantage mass (the loss coefficients summed over its rollouts) and of the update's L2 norm
+|mass - grpo|: mean distance of the step's advantage mass from plain GRPO's on the same rollouts
+seq / token credit chg: largest relative change of a group's passing sum(a) / sum(a * len) in any step
+This is a simulation: a softmax policy over scripted behaviours, not a model."""
+
+
+def render_table(result: SimulationResult, width: int = 180) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, highlight=False)
+    console.print(summary_table(result))
+    console.print(LEGEND)
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
+def series_payload(result: SimulationResult) -> dict[str, Any]:
+    """Config, table rows and every per-step series averaged over seeds, as JSON-ready values."""
+    config = result.config
+    series = {}
+    for r, (arm, aggregation) in enumerate(result.runs):
+        series[f"{arm}/{aggregation}"] = {
+            name: np.round(getattr(result, name)[r].mean(axis=0), 8).tolist()
+            for name in ("clean_share", "mean_tokens", "pass_rate", "mass", "mass_grpo", "update_norm")
+        }
+    return {
+        "note": "a simulation: a softmax policy over scripted code-agent behaviours (grader.simulate)",
+        "config": {k: v if not isinstance(v, tuple) else list(v) for k, v in vars(config).items()},
+        "behaviours": [vars(b) for b in result.behaviours],
+        "summary": result.summary(),
+        "series": series,
+    }
+
+
+def _smooth(values: np.ndarray, window: int) -> np.ndarray:
+    if len(values) < window:
+        return values
+    kernel = np.ones(window) / window
+    return np.convolve(values, kernel, mode="valid")
+
+
+def write_plot(result: SimulationResult, path: Path) -> Path:
+    """The clean share, mean length and smoothed update norm over steps, one column per loss aggregation.
+
+    Raises RuntimeError when matplotlib is not installed.
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # an optional extra: the simulation itself needs only numpy
+        raise RuntimeError(
+            "the plot needs matplotlib: pip install 'gagar[plot]' (or pass --no-plot)"
+        ) from exc
+    aggregations = list(dict.fromkeys(aggregation for _, aggregation in result.runs))
+    arms = list(dict.fromkeys(arm for arm, _ in result.runs))
+    rows = [
+        ("clean_share", "clean share"),
+        ("mean_tokens", "mean tokens"),
+        ("update_norm", f"update norm ({SMOOTH}-step mean)"),
+    ]
+    figure = Figure(figsize=(5.5 * len(aggregations), 3.0 * len(rows)), layout="constrained")
+    axes = figure.subplots(len(rows), len(aggregations), squeeze=False, sharex=True)
+    steps = np.arange(result.config.steps)
+    colours = dict(zip(ARMS, ("#6e7781", "#0969da", "#1a7f37", "#cf222e"), strict=True))
+    for column, aggregation in enumerate(aggregations):
+        for row, (name, label) in enumerate(rows):
+            ax = axes[row][column]
+            for arm in arms:
+                values = getattr(result, name)[result.run_index(arm, aggregation)]
+                mean, low, high = values.mean(axis=0), values.min(axis=0), values.max(axis=0)
+                x = steps
+                if name == "update_norm":
+                    mean, low, high = (_smooth(v, SMOOTH) for v in (mean, low, high))
+                    x = steps[len(steps) - len(mean) :]
+                ax.plot(x, mean, color=colours[arm], label=arm, linewidth=1.4)
+                if name != "update_norm":
+                    ax.fill_between(x, low, high, color=colours[arm], alpha=0.12, linewidth=0)
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(f"{aggregation} loss")
+            if row == len(rows) - 1:
+                ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=8)
+    config = result.config
+    figure.suptitle(
+        f"GRPO simulation (not a training run): {config.seeds} seeds, mean and range; "
+        f"grader noise {config.grader_noise:g}, position bias {config.position_bias:g}",
+        fontsize=10,
+    )
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    if not args.no_plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "the plot needs matplotlib: pip install 'gagar[plot]' (or pass --no-plot)"
+            ) from None
+    start = time.perf_counter()
+    result = simulate(config)
+    seconds = time.perf_counter() - start
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = render_table(result)
+    (args.out / TABLE).write_text(text, encoding="utf-8")
+    payload = series_payload(result)
+    payload["seconds"] = round(seconds, 3)
+    (args.out / DATA).write_text(json.dumps(payload, allow_nan=False) + "\n", encoding="utf-8")
+    written = [args.out / TABLE, args.out / DATA]
+    if not args.no_plot:
+        written.append(write_plot(result, args.out / PLOT))
+    print(text, end="")
+    runs = len(result.runs) * config.seeds
+    print(f"{runs} runs of {config.steps} steps in {seconds:.1f} s -> {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `simulate` to an argparse subparsers object (gagar's `build_parser`)."""
+    defaults = SimulationConfig()
+    parser = subparsers.add_parser(
+        "simulate",
+        help="a seeded GRPO simulation: plain GRPO vs GAGAR with and without sum preservation",
+        description="A simulation, not a training run: a softmax policy over scripted code-agent behaviours "
+        "(see grader/simulate.py). Writes table.txt, simulation.json and simulation.png to --out.",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="folder for table.txt, simulation.json, .png")
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--seeds", type=int, default=defaults.seeds, help="runs per arm")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="base seed")
+    parser.add_argument("--groups", type=int, default=defaults.groups, help="tasks per step")
+    parser.add_argument("--group-size", type=int, default=defaults.group_size, help="rollouts per task")
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    parser.add_argument(
+        "--grader-noise", type=float, default=defaults.grader_noise, help="sd of the noise on quality (0-1)"
+    )
+    parser.add_argument(
+        "--position-bias", type=float, default=defaults.position_bias, help="bonus of the first-shown rollout"
+    )
+    parser.add_argument(
+        "--task-spread", type=float, default=defaults.task_spread, help="sd of task difficulty"
+    )
+    parser.add_argument("--scheme", default=defaults.scheme, choices=sorted(redistribute.WEIGHT_SCHEMES))
+    parser.add_argument("--floor", type=float, default=redistribute.DEFAULT_FLOOR, help="lowest weight")
+    parser.add_argument("--decay", type=float, default=0.5, help="per-rank factor of the exponential scheme")
+    parser.add_argument("--top-k", type=int, default=1, help="ranks kept at full weight by the top-k scheme")
+    parser.add_argument(
+        "--arms",
+        type=lambda text: _names(text, tuple(ARMS), "arm"),
+        default=tuple(ARMS),
+        help=f"comma-separated, from {','.join(ARMS)} (default: all)",
+    )
+    parser.add_argument(
+        "--aggregations",
+        type=lambda text: _names(text, AGGREGATIONS, "aggregation"),
+        default=AGGREGATIONS,
+        help=f"comma-separated, from {','.join(AGGREGATIONS)} (default: both)",
+    )
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
+    parser.set_defaults(func=cmd_simulate)
