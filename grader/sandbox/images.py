@@ -9,6 +9,8 @@ label and is skipped when an image with the same label is already there.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.errors import ImageBuildError
+from grader.sandbox.interpreters import Interpreter
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,12 @@ IMAGES_DIR = Path(__file__).resolve().parents[2] / "workspace_images"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SUITE = "bookworm"
 PYTHON_PACKAGES = ("python3", "python3-pytest", "python3-pip", "python3-setuptools", "git", "ca-certificates")
+# An interpreter image is where task environments are built: a venv, a C toolchain for sdists that compile.
+INTERPRETER_PACKAGES = (
+    "python3", "python3-dev", "python3-venv", "python3-pip", "gcc", "g++", "make", "patch", "git",
+    "ca-certificates",
+)  # fmt: skip
+INTERPRETER_REPOSITORY = "gagar/interpreter"
 
 
 @dataclass(frozen=True)
@@ -228,7 +237,14 @@ def _ensure_debootstrap() -> None:
 
 
 def _debootstrap_import(
-    client: object, tag: str, digest: str, include: tuple[str, ...], mirror: str, suite: str, cache: Path
+    client: object,
+    tag: str,
+    digest: str,
+    include: tuple[str, ...],
+    mirror: str,
+    suite: str,
+    cache: Path,
+    keep_apt: bool = False,
 ) -> None:
     if os.geteuid() != 0:
         raise ImageBuildError("debootstrap needs root to build an offline base image")
@@ -248,6 +264,9 @@ def _debootstrap_import(
         # Not needed in a sandbox and large: apt lists and caches, docs.
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
+        if keep_apt:  # apt-get wants these folders back (its lists are fetched again by `apt-get update`)
+            for folder in ("var/cache/apt/archives/partial", "var/lib/apt/lists/partial"):
+                (rootfs / folder).mkdir(parents=True, exist_ok=True)
         repo, _, version = tag.partition(":")
         tar = subprocess.Popen(
             ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
@@ -294,3 +313,62 @@ def _build_one(client: object, spec: _Spec, base: str, *, offline: bool, force: 
     except docker.errors.DockerException as exc:
         raise ImageBuildError(f"building {tag} failed: {exc}") from exc
     return BuiltImage(tag, digest, built=True, seconds=time.monotonic() - started)
+
+
+def interpreter_tag(interpreter: Interpreter) -> str:
+    """The tag of the interpreter image for `interpreter`, e.g. `gagar/interpreter:3.9-bullseye`."""
+    return f"{INTERPRETER_REPOSITORY}:{interpreter.version}-{interpreter.suite}"
+
+
+def build_interpreter_image(
+    interpreter: Interpreter, mirror: str | None = None, cache_dir: Path | None = None, force: bool = False
+) -> BuiltImage:
+    """Debootstrap Debian `interpreter.suite` with its python3 and a C toolchain into `interpreter_tag`.
+
+    No registry is involved: packages come from `mirror` (default: the apt sources' Debian mirror). Skipped
+    when the image is there with the same content hash; concurrent callers (threads or processes) wait for
+    one build. Raises `ImageBuildError` (no engine, not root, debootstrap failed).
+    """
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise ImageBuildError(f"no Docker engine reachable: {exc}") from exc
+    mirror = mirror or apt_mirror()[0]
+    cache = _cache_root(cache_dir)
+    tag = interpreter_tag(interpreter)
+    digest = hashlib.sha256(
+        repr(("minbase", interpreter.suite, mirror, INTERPRETER_PACKAGES)).encode()
+    ).hexdigest()[:16]
+    started = time.monotonic()
+    with _file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
+        if not force and _image_hash(client, tag) == digest:
+            return BuiltImage(tag, digest, built=False, seconds=time.monotonic() - started)
+        _ensure_debootstrap()
+        _debootstrap_import(
+            client, tag, digest, INTERPRETER_PACKAGES, mirror, interpreter.suite, cache, keep_apt=True
+        )
+    return BuiltImage(tag, digest, built=True, seconds=time.monotonic() - started)
+
+
+def _cache_root(cache_dir: Path | None) -> Path:
+    root = (
+        cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gagar" / "debootstrap"
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):  # noqa: ANN202 - a context manager
+    """An exclusive lock on `path`, across threads and processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
