@@ -344,6 +344,8 @@ class LLMGrader:
         }
         if native:
             kwargs["tools"] = toolbox.schemas()
+            # Explicit: OpenAI reads a missing tool_choice as "auto", llama.cpp's Python server as "none".
+            kwargs["tool_choice"] = "auto"
         retrying = Retrying(
             retry=retry_if_exception_type(RETRYABLE),
             stop=stop_after_attempt(budgets.retries + 1) | stop_after_delay(remaining),
