@@ -84,3 +84,12 @@ def test_grading_the_bundled_example_ends_within_its_budget(
         assert result.advantages_after == result.advantages_before
     events = read_transcript(result.transcript)
     assert sum(e["type"] == "response" for e in events) >= 1
+
+
+def test_cached_prompt_tokens_are_recorded(llama_server: LlamaServer) -> None:
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    budgets = Budgets(turns=2, max_output_tokens=16, wall_seconds=40, request_timeout=30, retries=0)
+    grader = LLMGrader("gemma-3-270m", base_url=llama_server.url, sandbox=None, seed=2, budgets=budgets)
+    result = grade_group_sync(group, grader)
+    # The second turn re-sends the first turn's prompt: llama.cpp serves it from its prefix cache.
+    assert 0 < result.usage["cached_prompt_tokens"] < result.usage["prompt_tokens"]

@@ -316,3 +316,25 @@ def test_differential_runs_through_the_docker_sandbox(tmp_path: Path) -> None:
     import docker
 
     assert not docker.from_env().containers.list(all=True, filters={"label": "gagar.sandbox"})
+
+
+def test_tool_choice_is_explicit_and_a_refused_form_is_learnt_once_not_retried() -> None:
+    def policy(request, n):
+        if request.get("tool_choice") == "auto":  # llama-cpp-python answers `required` this way
+            return error(500, "tool_choice 'auto' is not supported")
+        return inspector(request, n)
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    assert requests[0]["tool_choice"] == "auto" and "tools" in requests[0]
+    assert sum("tool_choice" in r for r in requests) == 1  # refused once, then never sent again
+    assert result.usage["retries"] == 0  # not taken for an outage
+
+
+def test_every_request_extends_the_previous_one() -> None:
+    """Append-only conversations, so a server's prefix cache hits on every turn of a whole grading."""
+    result, requests = grade_with(inspector)
+    assert result.status == "graded" and len(requests) == 4
+    for before, after in zip(requests, requests[1:], strict=False):
+        assert after["messages"][: len(before["messages"])] == before["messages"]
+        assert after["tools"] == before["tools"]
