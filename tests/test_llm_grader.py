@@ -338,3 +338,28 @@ def test_every_request_extends_the_previous_one() -> None:
     for before, after in zip(requests, requests[1:], strict=False):
         assert after["messages"][: len(before["messages"])] == before["messages"]
         assert after["tools"] == before["tools"]
+
+
+def test_a_model_that_only_talks_is_forced_to_submit() -> None:
+    """After two answers without a tool call: `required` and an appended instruction, same tool list."""
+
+    def policy(request, n):
+        if request.get("tool_choice") == "required":
+            return submit([labels_in(request)])
+        return text("I think they all look fine.")
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    assert [r["tool_choice"] for r in requests] == ["auto", "auto", "required"]
+    assert requests[-1]["messages"][-1]["content"].startswith("Call submit_ranking now")
+    assert all(r["tools"] == requests[0]["tools"] for r in requests)
+
+
+def test_the_last_turn_is_forced() -> None:
+    def policy(request, n):
+        if request.get("tool_choice") == "required":
+            return submit([labels_in(request)])
+        return tool_calls(("list_candidates", {}))
+
+    result, requests = grade_with(policy, budgets=Budgets(turns=3, retries=0))
+    assert result.status == "graded" and [r["tool_choice"] for r in requests] == ["auto", "auto", "required"]

@@ -48,6 +48,8 @@ from grader.workspace import Workspace, ref_name
 
 RETRYABLE = (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
+FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
+SILENT_TURNS_BEFORE_FORCING = 2
 
 
 @dataclass
@@ -213,12 +215,21 @@ class LLMGrader:
         for message in messages:
             transcript.event("message", role=message["role"], content=message["content"])
         repairs = 0
+        silent = 0  # consecutive answers without a tool call
+        forcing = False
         for turn in range(1, budgets.turns + 1):
+            if native and not forcing and (silent >= SILENT_TURNS_BEFORE_FORCING or turn == budgets.turns):
+                # Force the submission: `required` (what llama.cpp, vLLM and OpenAI all take) plus an
+                # appended instruction; the tool list stays as it was, so the history stays append-only.
+                forcing = True
+                messages.append({"role": "user", "content": FORCE})
+                transcript.event("message", role="user", content=FORCE, forced=True)
             if usage.total_tokens >= budgets.tokens:
                 raise GradingFailed(f"token budget exhausted ({usage.total_tokens:,} >= {budgets.tokens:,})")
             if usage.tool_output_chars >= budgets.tool_output_chars:
                 raise GradingFailed(f"tool output budget exhausted ({usage.tool_output_chars:,} characters)")
-            response = self._complete(messages, toolbox, native, deadline, transcript, usage)
+            choice = "required" if forcing else "auto"
+            response = self._complete(messages, toolbox, native, deadline, transcript, usage, choice)
             message = response.choices[0].message
             calls = self._calls(message, native)
             assistant: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
@@ -239,9 +250,11 @@ class LLMGrader:
                 content=message.content,
                 tool_calls=[{"id": cid, "name": n, "arguments": a} for cid, n, a in calls],
             )
+            silent = 0 if calls else silent + 1
             if not calls:
-                messages.append({"role": "user", "content": NUDGE})
-                transcript.event("message", role="user", content=NUDGE)
+                reminder = FORCE if forcing else NUDGE  # a user turn either way: templates alternate roles
+                messages.append({"role": "user", "content": reminder})
+                transcript.event("message", role="user", content=reminder)
                 continue
             for call_id, name, arguments in calls:
                 usage.tool_calls += 1
@@ -341,6 +354,7 @@ class LLMGrader:
         deadline: float,
         transcript: Transcript,
         usage: _Usage,
+        tool_choice: str = "auto",
     ) -> Any:
         budgets = self.config.budgets
         remaining = deadline - time.monotonic()
@@ -366,8 +380,8 @@ class LLMGrader:
         if native:
             kwargs["tools"] = toolbox.schemas()
             # Explicit: OpenAI reads a missing tool_choice as "auto", llama.cpp's Python server as "none".
-            if "auto" not in self._refused_tool_choices:
-                kwargs["tool_choice"] = "auto"
+            if tool_choice not in self._refused_tool_choices:
+                kwargs["tool_choice"] = tool_choice
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, RETRYABLE) and not _names_tool_choice(e)),
             stop=stop_after_attempt(budgets.retries + 1) | stop_after_delay(remaining),
@@ -394,7 +408,7 @@ class LLMGrader:
             if _names_tool_choice(exc) and "tool_choice" in kwargs:
                 self._refused_tool_choices.add(kwargs["tool_choice"])
                 transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
-                return self._complete(messages, toolbox, native, deadline, transcript, usage)
+                return self._complete(messages, toolbox, native, deadline, transcript, usage, tool_choice)
             if time.monotonic() >= deadline - 0.05:  # the request was cut short by the wall-time budget
                 raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)") from None
             raise GradingFailed(
@@ -406,7 +420,7 @@ class LLMGrader:
                 # and not counted as an outage.
                 self._refused_tool_choices.add(kwargs["tool_choice"])
                 transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
-                return self._complete(messages, toolbox, native, deadline, transcript, usage)
+                return self._complete(messages, toolbox, native, deadline, transcript, usage, tool_choice)
             raise GradingFailed(f"endpoint refused the request: {type(exc).__name__}: {exc}") from None
         if not getattr(response, "choices", None):
             raise GradingFailed("endpoint returned no choices")
