@@ -37,7 +37,8 @@ def _print_group(console: Console, result: GroupResult) -> None:
     if result.usage:
         u = result.usage
         console.print(
-            f"  model: {u.get('requests', 0)} requests, {u.get('total_tokens', 0):,} tokens, "
+            f"  model: {u.get('requests', 0)} requests, {u.get('total_tokens', 0):,} tokens "
+            f"({u.get('cached_prompt_tokens', 0):,} prompt tokens cached), "
             f"{u.get('tool_calls', 0)} tool calls, {u.get('retries', 0)} retries; "
             f"transcript {result.transcript}",
             highlight=False,

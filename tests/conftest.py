@@ -13,6 +13,9 @@ import pytest
 from grader.mirrors import MirrorCache
 from grader.models import Group, Task, Trajectory, complete_group
 
+# The real llama.cpp server, one per session (its fixture builds or reuses it, or skips with the reason).
+pytest_plugins = ["tests.llama_support"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_GROUP = REPO_ROOT / "examples" / "inventory_group.json"
 

@@ -327,3 +327,50 @@ def test_differential_runs_through_the_docker_sandbox(tmp_path: Path) -> None:
     assert ": exit 0" in tests["content"] and "passed" in tests["content"]
     # Only this process's containers: other graders and test runs share the engine.
     assert _containers_of_this_process() == before
+
+
+def test_tool_choice_is_explicit_and_a_refused_form_is_learnt_once_not_retried() -> None:
+    def policy(request, n):
+        if request.get("tool_choice") == "auto":  # llama-cpp-python answers `required` this way
+            return error(500, "tool_choice 'auto' is not supported")
+        return inspector(request, n)
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    assert requests[0]["tool_choice"] == "auto" and "tools" in requests[0]
+    assert sum("tool_choice" in r for r in requests) == 1  # refused once, then never sent again
+    assert result.usage["retries"] == 0  # not taken for an outage
+
+
+def test_every_request_extends_the_previous_one() -> None:
+    """Append-only conversations, so a server's prefix cache hits on every turn of a whole grading."""
+    result, requests = grade_with(inspector)
+    assert result.status == "graded" and len(requests) == 4
+    for before, after in zip(requests, requests[1:], strict=False):
+        assert after["messages"][: len(before["messages"])] == before["messages"]
+        assert after["tools"] == before["tools"]
+
+
+def test_a_model_that_only_talks_is_forced_to_submit() -> None:
+    """After two answers without a tool call: `required` and an appended instruction, same tool list."""
+
+    def policy(request, n):
+        if request.get("tool_choice") == "required":
+            return submit([labels_in(request)])
+        return text("I think they all look fine.")
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    assert [r["tool_choice"] for r in requests] == ["auto", "auto", "required"]
+    assert requests[-1]["messages"][-1]["content"].startswith("Call submit_ranking now")
+    assert all(r["tools"] == requests[0]["tools"] for r in requests)
+
+
+def test_the_last_turn_is_forced() -> None:
+    def policy(request, n):
+        if request.get("tool_choice") == "required":
+            return submit([labels_in(request)])
+        return tool_calls(("list_candidates", {}))
+
+    result, requests = grade_with(policy, budgets=Budgets(turns=3, retries=0))
+    assert result.status == "graded" and [r["tool_choice"] for r in requests] == ["auto", "auto", "required"]

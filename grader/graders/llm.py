@@ -23,7 +23,7 @@ from openai.types.chat import ChatCompletion
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential_jitter,
@@ -49,6 +49,8 @@ from grader.workspace import ref_name
 
 RETRYABLE = (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
+FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
+SILENT_TURNS_BEFORE_FORCING = 2
 
 
 @dataclass
@@ -56,6 +58,7 @@ class _Usage:
     requests: int = 0
     retries: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # served from the server's prefix cache, where it reports them
     completion_tokens: int = 0
     tool_calls: int = 0
     tool_output_chars: int = 0
@@ -89,6 +92,24 @@ def _text_tool_call(content: str | None) -> tuple[str, Any] | None:
     return None
 
 
+def _names_tool_choice(exc: Exception) -> bool:
+    """An HTTP error blaming the tool_choice (llama-cpp-python answers `required` with a 500)."""
+    status = getattr(exc, "status_code", None)
+    return status is not None and (400 <= status < 500 or status == 500) and "tool_choice" in str(exc)
+
+
+def _cached_tokens(response: Any) -> int:
+    """Prompt tokens the server took from its prefix cache: OpenAI's and vLLM's (with
+    `--enable-prompt-tokens-details`) `usage.prompt_tokens_details.cached_tokens`, else llama.cpp's
+    `timings.cache_n`; 0 where neither is reported."""
+    details = getattr(response.usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    if cached is None:
+        timings = (getattr(response, "model_extra", None) or {}).get("timings") or {}
+        cached = timings.get("cache_n")
+    return int(cached or 0)
+
+
 class LLMGrader:
     """Grades a group with an LLM agent (options: the fields of `LLMConfig`). Thread-safe: each `grade`
     call has its own state. Raises ValueError for an option `LLMConfig` does not have."""
@@ -98,6 +119,8 @@ class LLMGrader:
     def __init__(self, model: str, **options: Any) -> None:
         self.config = LLMConfig(model=model, **options)
         self.prompts: Prompts = load_prompts(self.config.prompts_dir)
+        # tool_choice values this endpoint refused, learnt once per grader (shared by its gradings)
+        self._refused_tool_choices: set[str] = set()
         key = (
             self.config.api_key or os.environ.get(self.config.api_key_env) or "EMPTY"
         )  # vLLM accepts any key
@@ -177,12 +200,21 @@ class LLMGrader:
         for message in messages:
             transcript.event("message", role=message["role"], content=message["content"])
         repairs = 0
+        silent = 0  # consecutive answers without a tool call
+        forcing = False
         for turn in range(1, budgets.turns + 1):
+            if native and not forcing and (silent >= SILENT_TURNS_BEFORE_FORCING or turn == budgets.turns):
+                # Force the submission: `required` (what llama.cpp, vLLM and OpenAI all take) plus an
+                # appended instruction; the tool list stays as it was, so the history stays append-only.
+                forcing = True
+                messages.append({"role": "user", "content": FORCE})
+                transcript.event("message", role="user", content=FORCE, forced=True)
             if usage.total_tokens >= budgets.tokens:
                 raise GradingFailed(f"token budget exhausted ({usage.total_tokens:,} >= {budgets.tokens:,})")
             if usage.tool_output_chars >= budgets.tool_output_chars:
                 raise GradingFailed(f"tool output budget exhausted ({usage.tool_output_chars:,} characters)")
-            response = self._complete(messages, toolbox, native, deadline(), transcript, usage)
+            choice = "required" if forcing else "auto"
+            response = self._complete(messages, toolbox, native, deadline(), transcript, usage, choice)
             message = response.choices[0].message
             calls = self._calls(message, native)
             assistant: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
@@ -203,9 +235,11 @@ class LLMGrader:
                 content=message.content,
                 tool_calls=[{"id": cid, "name": n, "arguments": a} for cid, n, a in calls],
             )
+            silent = 0 if calls else silent + 1
             if not calls:
-                messages.append({"role": "user", "content": NUDGE})
-                transcript.event("message", role="user", content=NUDGE)
+                reminder = FORCE if forcing else NUDGE  # a user turn either way: templates alternate roles
+                messages.append({"role": "user", "content": reminder})
+                transcript.event("message", role="user", content=reminder)
                 continue
             for call_id, name, arguments in calls:
                 usage.tool_calls += 1
@@ -305,6 +339,7 @@ class LLMGrader:
         deadline: float,
         transcript: Transcript,
         usage: _Usage,
+        tool_choice: str = "auto",
     ) -> Any:
         budgets = self.config.budgets
         remaining = deadline - time.monotonic()
@@ -329,8 +364,11 @@ class LLMGrader:
         }
         if native:
             kwargs["tools"] = toolbox.schemas()
+            # Explicit: OpenAI reads a missing tool_choice as "auto", llama.cpp's Python server as "none".
+            if tool_choice not in self._refused_tool_choices:
+                kwargs["tool_choice"] = tool_choice
         retrying = Retrying(
-            retry=retry_if_exception_type(RETRYABLE),
+            retry=retry_if_exception(lambda e: isinstance(e, RETRYABLE) and not _names_tool_choice(e)),
             stop=stop_after_attempt(budgets.retries + 1) | stop_after_delay(remaining),
             wait=wait_exponential_jitter(multiplier=budgets.retry_wait_initial, max=budgets.retry_wait_max),
             before_sleep=note_retry,
@@ -356,12 +394,22 @@ class LLMGrader:
                             options={"timeout": timeout},
                         )
         except RETRYABLE as exc:
+            if _names_tool_choice(exc) and "tool_choice" in kwargs:
+                self._refused_tool_choices.add(kwargs["tool_choice"])
+                transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
+                return self._complete(messages, toolbox, native, deadline, transcript, usage, tool_choice)
             if time.monotonic() >= deadline - 0.05:  # the request was cut short by the wall-time budget
                 raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)") from None
             raise GradingFailed(
                 f"endpoint failed after {usage.retries + 1} attempt(s): {type(exc).__name__}: {exc}"
             ) from None
         except openai.APIError as exc:  # 400, 401, 404...: retrying will not help
+            if _names_tool_choice(exc) and "tool_choice" in kwargs:
+                # A form this server refuses (a 4xx or a 500 naming the field): remembered, never resent,
+                # and not counted as an outage.
+                self._refused_tool_choices.add(kwargs["tool_choice"])
+                transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
+                return self._complete(messages, toolbox, native, deadline, transcript, usage, tool_choice)
             raise GradingFailed(f"endpoint refused the request: {type(exc).__name__}: {exc}") from None
         if not getattr(response, "choices", None):
             raise GradingFailed("endpoint returned no choices")
@@ -369,6 +417,7 @@ class LLMGrader:
         if reported is not None:
             usage.prompt_tokens += reported.prompt_tokens or 0
             usage.completion_tokens += reported.completion_tokens or 0
+            usage.cached_prompt_tokens += _cached_tokens(response)
         else:  # some servers omit usage: estimate, so the token budget still binds
             usage.prompt_tokens += len(json.dumps(messages)) // 4
             usage.completion_tokens += len(response.choices[0].message.content or "") // 4

