@@ -24,6 +24,7 @@ from typing import Any, Literal, Union
 from grader.concurrency import Concurrency
 from grader.graders.base import GRADERS
 from grader.pipeline import GradingOptions
+from grader.registry import is_required
 
 NONE_CHOICE = "none"  # an optional choice (`Literal[...] | None`) takes "none" on the command line
 
@@ -52,7 +53,6 @@ def field_docs(cls: type) -> dict[str, str]:
 @dataclass(frozen=True)
 class _Option:
     field: Field[Any]
-    dest: str
     flag: str
     kind: Any  # the field's type with Optional removed
     optional: bool
@@ -67,20 +67,29 @@ def _strip_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _options(cls: type, prefix: str) -> list[_Option]:
+def _cli_fields(cls: type) -> list[tuple[Field[Any], Any, bool]]:
+    """(field, its type without Optional, whether None is allowed) for each field on the command line."""
     hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
     found = []
     for f in dataclasses.fields(cls):
         if "cli" in f.metadata and f.metadata["cli"] is None:
             continue
         kind, optional = _strip_optional(hints[f.name])
-        dest = f.name  # one namespace: option names are unique across configs (argparse checks)
+        found.append((f, kind, optional))
+    return found
+
+
+def _options(cls: type) -> list[_Option]:
+    """Every option of `cls`, nested dataclasses flattened. One namespace for all configs: field names are
+    their dests, so two configs must not share a field name (argparse refuses the second flag)."""
+    docs = field_docs(cls)
+    found = []
+    for f, kind, optional in _cli_fields(cls):
         if dataclasses.is_dataclass(kind):
-            found += _options(kind, dest)  # type: ignore[arg-type]
+            found += _options(kind)  # type: ignore[arg-type]
             continue
         flag = f.metadata.get("cli") or "--" + f.name.replace("_", "-")
-        found.append(_Option(f, dest, flag, kind, optional, docs.get(f.name, "")))
+        found.append(_Option(f, flag, kind, optional, docs.get(f.name, "")))
     return found
 
 
@@ -92,16 +101,16 @@ def _default(f: Field[Any]) -> Any:
     return None
 
 
-def add_config_arguments(group: argparse._ActionsContainer, cls: type, prefix: str) -> None:
-    """Add one option per field of the dataclass `cls` (nested dataclasses flattened), under `prefix`."""
-    for option in _options(cls, prefix):
-        f, kind = option.field, option.kind
+def add_config_arguments(group: argparse._ActionsContainer, cls: type) -> None:
+    """Add one option per field of the dataclass `cls` (nested dataclasses flattened)."""
+    for option in _options(cls):
+        f, kind, dest = option.field, option.kind, option.field.name
         default = _default(f)
         help_text = option.doc
         if default not in (None, False, ""):
             help_text += f" (default: {default})"
         if kind is bool:
-            group.add_argument(option.flag, dest=option.dest, action="store_true", help=help_text)
+            group.add_argument(option.flag, dest=dest, action="store_true", help=help_text)
             continue
         choices: list[str] | None = None
         if "choices" in f.metadata:
@@ -112,29 +121,25 @@ def add_config_arguments(group: argparse._ActionsContainer, cls: type, prefix: s
             if option.optional:
                 choices.append(NONE_CHOICE)
             shown = NONE_CHOICE if default is None and option.optional else default
-            group.add_argument(option.flag, dest=option.dest, choices=choices, default=shown, help=help_text)
+            group.add_argument(option.flag, dest=dest, choices=choices, default=shown, help=help_text)
             continue
         convert = kind if kind in (int, float, str, Path) else str
-        group.add_argument(option.flag, dest=option.dest, type=convert, default=default, help=help_text)
+        group.add_argument(option.flag, dest=dest, type=convert, default=default, help=help_text)
 
 
-def config_from_args(cls: type, args: argparse.Namespace, prefix: str) -> dict[str, Any]:
-    """The keyword options for `cls` as given on the command line (required fields left out when unset)."""
-    hints = typing.get_type_hints(cls)
+def config_from_args(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword options for `cls` as given on the command line (required fields left out when unset, so
+    the registry's own error names them)."""
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if "cli" in f.metadata and f.metadata["cli"] is None:
-            continue
-        kind, optional = _strip_optional(hints[f.name])
-        dest = f.name  # one namespace: option names are unique across configs (argparse checks)
+    for f, kind, optional in _cli_fields(cls):
         if dataclasses.is_dataclass(kind):
-            values[f.name] = kind(**config_from_args(kind, args, dest))  # type: ignore[operator]
+            values[f.name] = kind(**config_from_args(kind, args))  # type: ignore[operator]
             continue
-        value = getattr(args, dest)
+        value = getattr(args, f.name)
         if optional and value == NONE_CHOICE and typing.get_origin(kind) is Literal:
             value = None
-        if value is None and f.default is MISSING and f.default_factory is MISSING:
-            continue  # a required option not given: the config's own error names it
+        if value is None and is_required(f):
+            continue
         values[f.name] = value
     return values
 
@@ -154,41 +159,30 @@ def add_grading_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache", type=Path, help="grade cache folder: groups graded before are not graded again"
     )
-    add_config_arguments(parser.add_argument_group("grading and redistribution"), GradingOptions, "grading")
-    add_config_arguments(parser.add_argument_group("resources (per process)"), Concurrency, "resources")
+    add_config_arguments(parser.add_argument_group("grading and redistribution"), GradingOptions)
+    add_config_arguments(parser.add_argument_group("resources (per process)"), Concurrency)
     for entry in GRADERS.entries():
         if entry.config is not None and dataclasses.fields(entry.config):
-            group = parser.add_argument_group(f"{entry.name} grader")
-            add_config_arguments(group, entry.config, f"grader_options.{entry.name}")
+            add_config_arguments(parser.add_argument_group(f"{entry.name} grader"), entry.config)
 
 
 @dataclass
 class GradingArguments:
-    """What `add_grading_arguments` options say, ready to use."""
+    """What `add_grading_arguments` options say, ready to use (the resources are `options.concurrency`)."""
 
     grader: str
     grader_options: dict[str, Any]
     options: GradingOptions
-    resources: Concurrency
 
 
 def grading_from_args(args: argparse.Namespace, transcript_dir: Path | None = None) -> GradingArguments:
-    """Read the options back. Raises ValueError for options that cannot work (e.g. llm without a model)."""
-    resources = Concurrency(**config_from_args(Concurrency, args, "resources"))
-    options = GradingOptions(**config_from_args(GradingOptions, args, "grading"), concurrency=resources)
-    grader_options: dict[str, Any] = {}
+    """Read the options back; `transcript_dir` is given to a grader that writes transcripts."""
+    resources = Concurrency(**config_from_args(Concurrency, args))
+    options = GradingOptions(**config_from_args(GradingOptions, args), concurrency=resources)
     entry = GRADERS.get(args.grader)
-    if entry.config is not None:
-        grader_options = config_from_args(entry.config, args, f"grader_options.{entry.name}")
-        names = {f.name for f in dataclasses.fields(entry.config)}
-        if "transcript_dir" in names and transcript_dir is not None:
-            grader_options["transcript_dir"] = transcript_dir
-        missing = [
-            f.name
-            for f in dataclasses.fields(entry.config)
-            if f.default is MISSING and f.default_factory is MISSING and f.name not in grader_options
-        ]
-        if missing:
-            flags = ", ".join("--" + name.replace("_", "-") for name in missing)
-            raise ValueError(f"--grader {args.grader} needs {flags}")
-    return GradingArguments(args.grader, grader_options, options, resources)
+    grader_options = config_from_args(entry.config, args) if entry.config is not None else {}
+    names = {f.name for f in dataclasses.fields(entry.config)} if entry.config is not None else set()
+    takes_transcripts = "transcript_dir" in names
+    if transcript_dir is not None and takes_transcripts:
+        grader_options["transcript_dir"] = transcript_dir
+    return GradingArguments(args.grader, grader_options, options)

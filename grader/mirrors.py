@@ -5,13 +5,12 @@ Workspaces borrow objects from a mirror through git alternates, so a group costs
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
+from grader.filelock import file_lock
 from grader.gitcmd import GitError, git
 
 ENV_CACHE_DIR = "GAGAR_CACHE"
@@ -27,17 +26,6 @@ def default_cache_dir() -> Path:
 
 def _is_url(repo: str) -> bool:
     return "://" in repo or repo.startswith("git@")
-
-
-@contextmanager
-def _locked(lock_path: Path):
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class MirrorCache:
@@ -64,7 +52,7 @@ class MirrorCache:
         path = self.path_for(repo)
         if (path, commit) in self._known:  # objects are never removed from a mirror: once there, always there
             return path
-        with _locked(path.with_suffix(".lock")):
+        with file_lock(path.with_suffix(".lock")):
             if not path.exists():
                 tmp = path.with_name(path.name + f".tmp{os.getpid()}")
                 shutil.rmtree(tmp, ignore_errors=True)

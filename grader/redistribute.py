@@ -80,7 +80,6 @@ _IDENTITY_OUTCOMES: tuple[RedistributionOutcome, ...] = (
     RedistributionOutcome.UNIFORM,
     RedistributionOutcome.BAD_SCALE,
 )
-_IDENTITY_REASONS: tuple[str, ...] = tuple(outcome.text for outcome in _IDENTITY_OUTCOMES)
 _APPLIED = -1
 
 
@@ -257,7 +256,7 @@ def _redistribute_flat(
     """Vectorized core over flat float64 arrays of any number of groups.
 
     Returns the new advantages (float64; only passing entries of applied groups differ from the input) and a
-    per-group code: an index into ``_IDENTITY_REASONS``, or ``_APPLIED``.
+    per-group code: an index into ``_IDENTITY_OUTCOMES``, or ``_APPLIED``.
     """
 
     def any_in_group(flags: np.ndarray) -> np.ndarray:
@@ -303,7 +302,7 @@ def _redistribute_flat(
 
     codes = np.select(
         [~has_passing, bad_advantage, bad_weight, uniform, bad_scale],
-        list(range(len(_IDENTITY_REASONS))),
+        list(range(len(_IDENTITY_OUTCOMES))),
         default=_APPLIED,
     )
     changed = passed & (codes == _APPLIED)[group_index]
@@ -466,7 +465,9 @@ def redistribute_batch(
         length_values,
         preserve,
     )
-    reasons = {group_keys[g]: _IDENTITY_REASONS[code] for g, code in enumerate(codes) if code != _APPLIED}
+    reasons = {
+        group_keys[g]: _IDENTITY_OUTCOMES[code].text for g, code in enumerate(codes) if code != _APPLIED
+    }
 
     result = original.copy()
     changed = passed_flags & (codes == _APPLIED)[group_index]

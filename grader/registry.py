@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import MISSING, Field, dataclass, fields, is_dataclass
 from typing import Any, Generic, TypeVar
 
 from grader.errors import UnknownName
@@ -89,14 +89,25 @@ class Registry(Generic[T]):
     def create(self, name: str, **options: Any) -> T:
         """Make the thing named `name` with `options` (fields of its config).
 
-        Raises UnknownName for an unknown name, ValueError for an option its config does not have.
+        Raises UnknownName for an unknown name, ValueError for an option its config does not have or a
+        required one (a field without a default) not given.
         """
         entry = self.get(name)
-        allowed = {f.name for f in fields(entry.config)} if entry.config is not None else set()
+        config_fields = fields(entry.config) if entry.config is not None else ()
+        allowed = {f.name for f in config_fields}
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValueError(
                 f"{self.kind} {name!r} has no option {', '.join(map(repr, unknown))}; "
                 f"options: {', '.join(sorted(allowed)) or 'none'}"
             )
+        missing = [f.name for f in config_fields if f.name not in options and is_required(f)]
+        if missing:
+            flags = ", ".join("--" + option.replace("_", "-") for option in missing)
+            raise ValueError(f"{self.kind} {name!r} needs {', '.join(missing)} ({flags})")
         return entry.factory(**options)
+
+
+def is_required(f: Field[Any]) -> bool:
+    """A config field without a default: `create` refuses to go on without it."""
+    return f.default is MISSING and f.default_factory is MISSING

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from grader import redistribute
+from grader.pipeline import GradingOptions
 from grader.simulate import AGGREGATIONS, ARMS, SimulationConfig, SimulationResult, simulate
 
 TABLE = "table.txt"
@@ -40,11 +41,10 @@ def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
 
 
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:
-    params: dict[str, float] = {"floor": args.floor}
-    if args.scheme == "exponential":
-        params["decay"] = args.decay
-    if args.scheme == "top-k":
-        params["k"] = args.top_k
+    # The same scheme parameters `gagar grade` gives the scheme, from the same options.
+    params = GradingOptions(
+        scheme=args.scheme, floor=args.floor, decay=args.decay, top_k=args.top_k
+    ).weight_params()
     config = SimulationConfig(
         steps=args.steps,
         seeds=args.seeds,

@@ -442,15 +442,13 @@ def open_workspace(
     max_patch_bytes: int = patches.DEFAULT_MAX_PATCH_BYTES,
     max_fuzz: int = DEFAULT_MAX_FUZZ,
     workers: int = 4,
-    build_slots: threading.Semaphore | None = None,
     resources: Concurrency | None = None,
 ) -> Iterator[Workspace]:
     """Build the workspace of a completed group (see `models.complete_group`) and remove it on exit.
 
     `root` is where it lives (a new temporary directory by default); with `keep` it stays for inspection.
     `resources` bound concurrent builds (`resources.workspace`, held while building) and are what graders
-    of this workspace share (the process default when not given); `build_slots`, when given, is held
-    instead of `resources.workspace`.
+    of this workspace share (the process default when not given).
     Trajectory-level problems (a patch that is invalid or does not apply) are recorded on the trajectory's
     `Candidate.error`; group-level ones raise WorkspaceError naming the group and the cause.
     """
@@ -466,9 +464,8 @@ def open_workspace(
         if path.exists() and any(path.iterdir()):
             raise WorkspaceError(f"group {group.group_id!r}: workspace directory {str(path)!r} is not empty")
     workspace = Workspace(group, path, mirror, resources)
-    slots = build_slots if build_slots is not None else workspace.resources.workspace
     try:
-        with slots:
+        with workspace.resources.workspace:
             workspace.build(max_patch_bytes=max_patch_bytes, max_fuzz=max_fuzz, workers=workers)
         yield workspace
     finally:

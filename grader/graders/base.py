@@ -101,8 +101,6 @@ def get_grader(name: str, **options: Any) -> Grader:
     Raises UnknownName (a ValueError) for an unknown name, ValueError for an option the grader does not take
     or a missing required one (the llm grader needs `model`).
     """
-    if name == "llm" and "model" not in options:
-        raise ValueError("the llm grader needs a model name (--model)")
     return GRADERS.create(name, **options)
 
 

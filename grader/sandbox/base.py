@@ -240,6 +240,7 @@ class Sandbox(ABC):
 
 
 Backend = Literal["docker", "local"]
+"""The built-in backends; `BACKENDS` may hold more."""
 
 BACKENDS: Registry[Sandbox] = Registry("sandbox backend")
 """Every sandbox backend by name (imported when first used: the docker SDK is not needed for `local`)."""
@@ -249,7 +250,7 @@ BACKENDS.add("local", "grader.sandbox.local:LocalSandbox", doc="bubblewrap or un
 
 def open_sandbox(
     trees: TreeSource,
-    backend: Backend = "docker",
+    backend: str = "docker",
     image: str | None = None,
     setup: str | None = None,
     test_command: str | None = None,
@@ -263,19 +264,15 @@ def open_sandbox(
     "namespaces" or "none" (no isolation at all: must be asked for by name). Raises `SandboxUnavailable`
     when the backend or isolation cannot be had here, `SandboxError` when starting fails.
     """
-    limits = limits or Limits()
-    if backend == "docker":
-        if isolation not in (None, "docker"):
-            raise SandboxUnavailable(f"the docker backend has no isolation {isolation!r}")
-        from grader.sandbox.docker import DockerSandbox
-
-        return DockerSandbox(trees, image=image, setup=setup, test_command=test_command, limits=limits)
-    if backend == "local":
-        if image is not None:
-            raise SandboxUnavailable("the local backend cannot run an image; use backend='docker'")
-        from grader.sandbox.local import LocalSandbox
-
-        return LocalSandbox(
-            trees, isolation=isolation or "auto", setup=setup, test_command=test_command, limits=limits
-        )
-    raise SandboxUnavailable(f"unknown sandbox backend {backend!r}; use 'docker' or 'local'")
+    if backend not in BACKENDS.names():
+        known = ", ".join(repr(name) for name in BACKENDS.names())
+        raise SandboxUnavailable(f"unknown sandbox backend {backend!r}; use {known}")
+    # Each backend refuses what it cannot honour (an image for local, an isolation other than its own).
+    return BACKENDS.get(backend).factory(
+        trees,
+        image=image,
+        isolation=isolation,
+        setup=setup,
+        test_command=test_command,
+        limits=limits or Limits(),
+    )

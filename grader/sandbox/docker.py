@@ -118,11 +118,14 @@ class DockerSandbox(Sandbox):
         trees: TreeSource,
         *,
         image: str | None = None,
+        isolation: str | None = None,
         setup: str | None = None,
         test_command: str | None = None,
         limits: Limits | None = None,
         client: docker.DockerClient | None = None,
     ) -> None:
+        if isolation not in (None, "docker"):
+            raise SandboxUnavailable(f"the docker backend has no isolation {isolation!r}")
         super().__init__(trees, setup=setup, test_command=test_command, limits=limits)
         self.image = image or DEFAULT_IMAGE
         self._client = client or docker_client()

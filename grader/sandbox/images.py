@@ -9,8 +9,6 @@ label and is skipped when an image with the same label is already there.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.errors import ImageBuildError
+from grader.filelock import file_lock
 from grader.sandbox.interpreters import Interpreter
 
 log = logging.getLogger(__name__)
@@ -344,7 +343,7 @@ def build_interpreter_image(
         repr(("minbase", interpreter.suite, mirror, INTERPRETER_PACKAGES)).encode()
     ).hexdigest()[:16]
     started = time.monotonic()
-    with _file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
+    with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
         if not force and _image_hash(client, tag) == digest:
             return BuiltImage(tag, digest, built=False, seconds=time.monotonic() - started)
         _ensure_debootstrap()
@@ -360,15 +359,3 @@ def _cache_root(cache_dir: Path | None) -> Path:
     )
     root.mkdir(parents=True, exist_ok=True)
     return root
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path):  # noqa: ANN202 - a context manager
-    """An exclusive lock on `path`, across threads and processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -133,12 +133,15 @@ class LocalSandbox(Sandbox):
         self,
         trees: TreeSource,
         *,
-        isolation: str = "auto",
+        isolation: str | None = "auto",
+        image: str | None = None,
         setup: str | None = None,
         test_command: str | None = None,
         limits: Limits | None = None,
     ) -> None:
-        if isolation == "auto":
+        if image is not None:
+            raise SandboxUnavailable("the local backend cannot run an image; use backend='docker'")
+        if isolation in (None, "auto"):
             level = best_isolation()
         else:
             why = available(isolation)
