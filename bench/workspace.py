@@ -35,7 +35,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/workspace.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.gitcmd import SAFE_CONFIG, safe_env  # noqa: E402
+from grader.gitcmd import SAFE_CONFIG, git_identity, safe_env  # noqa: E402
 from grader.mirrors import ENV_CACHE_DIR, MirrorCache  # noqa: E402
 from grader.models import Group, Task, Trajectory, complete_group  # noqa: E402
 from grader.workspace import open_workspace  # noqa: E402
@@ -57,7 +57,7 @@ def bench_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         key, value = item.split("=", 1)
         env[f"GIT_CONFIG_KEY_{i}"] = key
         env[f"GIT_CONFIG_VALUE_{i}"] = value
-    env.update(GIT_AUTHOR_DATE=BASE_DATE, GIT_COMMITTER_DATE=BASE_DATE)
+    env.update(git_identity(date=BASE_DATE))
     if extra:
         env.update(extra)
     return env

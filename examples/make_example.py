@@ -9,10 +9,11 @@ so the bundle's base commit is the same on every machine.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
 from pathlib import Path
+
+from grader.gitcmd import git_identity, safe_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -114,17 +115,7 @@ TRAJECTORIES = [
 
 
 def git(*args: str, cwd: Path) -> str:
-    env = dict(
-        os.environ,
-        GIT_AUTHOR_NAME="example",
-        GIT_AUTHOR_EMAIL="example@localhost",
-        GIT_COMMITTER_NAME="example",
-        GIT_COMMITTER_EMAIL="example@localhost",
-        GIT_AUTHOR_DATE="2024-01-01T00:00:00+0000",
-        GIT_COMMITTER_DATE="2024-01-01T00:00:00+0000",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_CONFIG_NOSYSTEM="1",
-    )
+    env = safe_env(git_identity("example", "example@localhost", date="2024-01-01T00:00:00+0000"))
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 

@@ -28,6 +28,33 @@ SAFE_CONFIG = (
 )
 
 
+def git_identity(
+    name: str = "gagar", email: str = "gagar@localhost", date: str | None = None
+) -> dict[str, str]:
+    """The environment variables that give git an author and a committer, and with `date` fixed timestamps.
+
+    Every commit gagar makes (workspace branches, sandbox set-up, the example, the tests) takes its identity
+    from here: git refuses to commit without one, and a uid with no passwd entry (the sandboxes) has none.
+
+    Args:
+        name: author and committer name.
+        email: author and committer email.
+        date: a git date (e.g. "2024-01-01T00:00:00+0000") for both timestamps, so commits are reproducible.
+
+    Returns:
+        A new dict of GIT_AUTHOR_* and GIT_COMMITTER_* variables.
+    """
+    env = {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+    }
+    if date is not None:
+        env.update(GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
+    return env
+
+
 def safe_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment git runs with: no system or global config, no prompts, a stable locale."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -36,11 +63,8 @@ def safe_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         GIT_CONFIG_GLOBAL=os.devnull,
         GIT_ATTR_NOSYSTEM="1",
         GIT_TERMINAL_PROMPT="0",
-        GIT_AUTHOR_NAME="gagar",
-        GIT_AUTHOR_EMAIL="gagar@localhost",
-        GIT_COMMITTER_NAME="gagar",
-        GIT_COMMITTER_EMAIL="gagar@localhost",
         LC_ALL="C",
+        **git_identity(),
     )
     if extra:
         env.update(extra)

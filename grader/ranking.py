@@ -7,23 +7,48 @@ from grader.errors import InvalidRanking
 Ranking = list[list[str]]
 
 
-def validate_ranking(ranking: Ranking, expected: list[str]) -> Ranking:
+def check_ranking(ranking: object) -> Ranking:
+    """Check a ranking's shape, whatever it ranks: non-empty tie groups of string ids, no id twice.
+
+    Args:
+        ranking: a decoded ranking, as a reference file or a cache gives it.
+
+    Returns:
+        The ranking, unchanged.
+
+    Raises:
+        InvalidRanking: it is not a list of lists of strings, a tie group is empty, or an id is listed more
+            than once (the message names the ids).
+    """
+    seen = _ranked(ranking)
+    if not all(isinstance(item, str) for tier in ranking for item in tier):  # type: ignore[union-attr]
+        raise InvalidRanking("a ranking is a list of lists of ids (strings): tie groups, best first")
+    duplicated = _duplicated(seen)
+    if duplicated:
+        raise InvalidRanking(f"ranked more than once: {', '.join(duplicated)}")
+    return ranking  # type: ignore[return-value]
+
+
+def validate_ranking(ranking: object, expected: list[str]) -> Ranking:
     """Return the ranking if it ranks every expected id exactly once in non-empty tie groups.
 
-    Raises InvalidRanking naming the unknown, duplicated or missing ids, or the empty tie group.
+    Args:
+        ranking: a decoded ranking (tie groups of ids, best first), as a grader returned it.
+        expected: the ids it must rank, each once.
+
+    Returns:
+        The ranking with every id as a string.
+
+    Raises:
+        InvalidRanking: it is not a list of non-empty lists, or ids are unknown, ranked more than once or
+            missing (the message names every problem).
     """
-    if not isinstance(ranking, list) or not all(isinstance(tier, list) for tier in ranking):
-        raise InvalidRanking("a ranking is a list of tie groups, each a list of ids")
-    seen: list[str] = []
-    for position, tier in enumerate(ranking):
-        if not tier:
-            raise InvalidRanking(f"tie group {position + 1} is empty")
-        seen.extend(str(item) for item in tier)
+    seen = _ranked(ranking)
     problems = []
     unknown = sorted(set(seen) - set(expected))
     if unknown:
         problems.append(f"unknown: {', '.join(unknown)}")
-    duplicated = sorted({item for item in seen if seen.count(item) > 1})
+    duplicated = _duplicated(seen)
     if duplicated:
         problems.append(f"ranked more than once: {', '.join(duplicated)}")
     missing = [item for item in expected if item not in seen]
@@ -31,7 +56,23 @@ def validate_ranking(ranking: Ranking, expected: list[str]) -> Ranking:
         problems.append(f"missing: {', '.join(missing)}")
     if problems:
         raise InvalidRanking("; ".join(problems))
-    return [[str(item) for item in tier] for tier in ranking]
+    return [[str(item) for item in tier] for tier in ranking]  # type: ignore[union-attr]
+
+
+def _ranked(ranking: object) -> list[str]:
+    """Every id of a list of non-empty tie groups, in order, as strings; raises InvalidRanking otherwise."""
+    if not isinstance(ranking, list) or not all(isinstance(tier, list) for tier in ranking):
+        raise InvalidRanking("a ranking is a list of lists of ids: tie groups, best first")
+    seen: list[str] = []
+    for position, tier in enumerate(ranking):
+        if not tier:
+            raise InvalidRanking(f"tie group {position + 1} is empty")
+        seen.extend(str(item) for item in tier)
+    return seen
+
+
+def _duplicated(ids: list[str]) -> list[str]:
+    return sorted({item for item in ids if ids.count(item) > 1})
 
 
 def expand_classes(class_ranking: Ranking, classes: dict[str, list[str]]) -> Ranking:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -59,7 +59,8 @@ DEFAULT_SCHEME = "linear"
 DEFAULT_FLOOR = 0.5
 
 Preserve = Literal["sequence", "token", "none"]
-PRESERVE_MODES: tuple[str, ...] = ("sequence", "token", "none")
+PRESERVE_MODES: tuple[str, ...] = get_args(Preserve)
+"""The preserve modes by name, the one list every option, CLI choice and adapter checks against."""
 
 # A scheme maps rank positions 0..n_ranks-1 (0 = best tie group) to weights in (0, 1].
 WeightScheme = Callable[..., np.ndarray]

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from grader import redistribute
+from grader.redistribute import PRESERVE_MODES
 
 __all__ = [
     "AGGREGATIONS",
@@ -46,12 +47,7 @@ __all__ = [
     "step_variance",
 ]
 
-ARMS: dict[str, str | None] = {
-    "grpo": None,
-    "gagar-sequence": "sequence",
-    "gagar-token": "token",
-    "gagar-none": "none",
-}
+ARMS: dict[str, str | None] = {"grpo": None, **{f"gagar-{mode}": mode for mode in PRESERVE_MODES}}
 """Arm name -> the preserve mode it redistributes with (None: plain GRPO, no redistribution)."""
 
 AGGREGATIONS: tuple[str, ...] = ("sequence-mean", "token-mean")

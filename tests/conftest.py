@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.gitcmd import git_identity, safe_env
 from grader.mirrors import MirrorCache
 from grader.models import Group, Task, Trajectory, complete_group
 
@@ -27,16 +27,7 @@ BASE_FILES = {
     "README.md": "demo\n",
 }
 
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@localhost",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@localhost",
-    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+0000",
-    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+0000",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
+_GIT_ENV = safe_env(git_identity("t", "t@localhost", date="2024-01-01T00:00:00+0000"))
 
 
 def run_gagar(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -55,7 +46,7 @@ def run_git(repo: Path, *args: str, input: str | None = None) -> str:
     proc = subprocess.run(
         ["git", *args],
         cwd=repo,
-        env={**os.environ, **_GIT_ENV},
+        env=_GIT_ENV,
         input=None if input is None else input.encode(),
         check=True,
         capture_output=True,

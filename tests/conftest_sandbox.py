@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from grader.gitcmd import safe_env
+
 BASE_FILES = {
     "a.txt": "base\n",
     "pkg/__init__.py": "def add(a, b):\n    return a + b\n",
@@ -34,8 +36,7 @@ class GitTrees:
 
 
 def _git(repo: Path, *args: str) -> None:
-    ident = ["-c", "user.email=test@example.invalid", "-c", "user.name=test"]
-    subprocess.run(["git", "-C", str(repo), *ident, *args], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(repo), *args], env=safe_env(), check=True, capture_output=True)
 
 
 def _commit(repo: Path, files: dict[str, str], message: str) -> None:

@@ -15,27 +15,41 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from grader.errors import InputFileError
 from grader.evaluation import metrics
 from grader.formats import LoadError
 from grader.graders.base import Grader
 from grader.models import Group, GroupResult
 from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
+from grader.ranking import InvalidRanking, check_ranking
 
 GraderFactory = Callable[[int], Grader]
 
 
 def load_reference(path: Path | str) -> dict[str, list[list[str]]]:
-    """A reference file: a JSON object from group id to a ranking (tie groups of ids, best first)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    """Read a reference file: a JSON object from group id to a ranking (tie groups of ids, best first).
+
+    Args:
+        path: the file.
+
+    Returns:
+        Group id -> reference ranking.
+
+    Raises:
+        InputFileError: the file cannot be read, is not JSON, or is not a JSON object.
+        InvalidRanking: a ranking is malformed; the message names the file and the group.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputFileError(f"{path}: cannot read the reference file: {exc}") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a reference file is a JSON object from group id to ranking")
+        raise InputFileError(f"{path}: a reference file is a JSON object from group id to ranking")
     for group_id, ranking in data.items():
-        if not (
-            isinstance(ranking, list)
-            and all(isinstance(tier, list) and all(isinstance(t, str) for t in tier) for tier in ranking)
-        ):
-            raise ValueError(f"{path}: group {group_id!r}: a ranking is a list of lists of trajectory ids")
-        metrics.positions(ranking)  # raises on an id listed twice
+        try:
+            check_ranking(ranking)
+        except InvalidRanking as exc:
+            raise InvalidRanking(f"{path}: group {group_id!r}: {exc}") from exc
     return data
 
 

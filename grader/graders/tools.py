@@ -20,6 +20,7 @@ from typing import Any
 from grader.errors import ToolError
 from grader.ranking import InvalidRanking, validate_ranking
 from grader.sandbox.base import Sandbox, SandboxError
+from grader.sandbox.output import cap_text
 from grader.view import BASE, GradingView
 
 DEFAULT_OUTPUT_CHARS = 12_000
@@ -46,15 +47,6 @@ def find_injections(patch_text: str) -> list[str]:
         if line.startswith("+") and not line.startswith("+++") and _INJECTION.search(line):
             hits.append(line[1:].strip()[:200])
     return hits
-
-
-def cap_text(text: str, limit: int) -> str:
-    """At most about `limit` characters: the head and the tail, with the count of what was cut between."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    cut = len(text) - 2 * half
-    return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}"
 
 
 def wrap(text: str) -> str:
@@ -354,7 +346,6 @@ __all__ = [
     "ToolError",
     "Toolbox",
     "assign_labels",
-    "cap_text",
     "find_injections",
     "injections_by_trajectory",
     "parse_arguments",

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grader.sandbox.base import BACKENDS
+
 
 def register(subparsers: Any) -> None:
     """Add the `sandbox` and `images` commands to the top-level parser's subparsers."""
@@ -52,7 +54,7 @@ def register(subparsers: Any) -> None:
 
 def _add_exec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", help="the group's id when the file holds several")
-    parser.add_argument("--backend", choices=["docker", "local"], default="docker")
+    parser.add_argument("--backend", choices=BACKENDS.names(), default="docker")
     parser.add_argument("--isolation", help="local backend: auto (default), bubblewrap, namespaces or none")
     parser.add_argument("--image", help="docker image (default: the task's own, else gagar/python)")
     parser.add_argument("--timeout", type=float, help="seconds (default: Limits.timeout)")

@@ -33,6 +33,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
 from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
 from grader.sandbox.images import DEFAULT_IMAGE
@@ -84,14 +85,8 @@ umask 022
 cp -R --preserve=mode,timestamps,links "$1" "$2" 2>/dev/null || { rm -rf "$2"; cp -R "$1" "$2"; }
 """
 
-_GIT_IDENTITY = {
-    # Commands run under a uid with no passwd entry: git would refuse to commit without an identity.
-    "GIT_AUTHOR_NAME": "gagar",
-    "GIT_AUTHOR_EMAIL": "gagar@sandbox.invalid",
-    "GIT_COMMITTER_NAME": "gagar",
-    "GIT_COMMITTER_EMAIL": "gagar@sandbox.invalid",
-    "LANG": "C.UTF-8",
-}
+# Commands run under a uid with no passwd entry: git would refuse to commit without an identity.
+_COMMAND_ENV = {**git_identity(), "LANG": "C.UTF-8"}
 
 
 def docker_client() -> docker.DockerClient:
@@ -225,7 +220,7 @@ class DockerSandbox(Sandbox):
         uid = self._uid_base + next(self._uids)
         box = f"/scratch/{secrets.token_hex(12)}"
         environment = {
-            **_GIT_IDENTITY,
+            **_COMMAND_ENV,
             **env,
             "GAGAR_SRC": self._sources[target],
             "GAGAR_BOX": box,
@@ -260,7 +255,7 @@ class DockerSandbox(Sandbox):
         finally:
             watchdog.cancel()
         seconds = time.monotonic() - started
-        exit_code = -9 if watchdog.fired else self._exit_code(exec_id)
+        exit_code = -9 if watchdog.fired else _exit_code(api, exec_id)
         if setup and exit_code != 125 and not watchdog.fired:
             self._adopt(container, uid, box, target)
         timed_out = watchdog.fired or (exit_code in (124, 137) and seconds >= timeout)
@@ -290,15 +285,6 @@ class DockerSandbox(Sandbox):
         if copy.exit_code != 0:
             raise SandboxError(f"could not keep the set-up tree of {target!r}: {copy.output[-2000:]!r}")
         self._sources[target] = dest
-
-    def _exit_code(self, exec_id: str) -> int:
-        # The stream can end a moment before the engine records the exit code.
-        for _ in range(50):
-            code = self._client.api.exec_inspect(exec_id).get("ExitCode")
-            if code is not None:
-                return int(code)
-            time.sleep(0.02)
-        raise SandboxError("the engine never reported the command's exit code")
 
     def _kill_uid(self, container: Any, uid: int, box: str) -> None:
         """Kill every process of `uid` and remove its box; kill the container if even that fails."""
@@ -398,10 +384,15 @@ def _exec_with_stdin(
             chunks.append(chunk)
     finally:
         sock.close()
-    code = api.exec_inspect(exec_id).get("ExitCode")
+    return _exit_code(api, exec_id), b"".join(chunks)
+
+
+def _exit_code(api: Any, exec_id: str) -> int:
+    """The exit code of a finished exec. Raises `SandboxError` if the engine never records one."""
+    # The output stream can end a moment before the engine records the exit code.
     for _ in range(50):
-        if code is not None:
-            break
-        time.sleep(0.02)
         code = api.exec_inspect(exec_id).get("ExitCode")
-    return (code if code is not None else -1), b"".join(chunks)
+        if code is not None:
+            return int(code)
+        time.sleep(0.02)
+    raise SandboxError("the engine never reported the command's exit code")

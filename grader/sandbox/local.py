@@ -34,6 +34,7 @@ import time
 from functools import cache
 from pathlib import Path
 
+from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
 from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
 from grader.sandbox.output import CappedBuffer
@@ -45,10 +46,7 @@ _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ENV = {
     "PATH": _PATH,
     "LANG": "C.UTF-8",
-    "GIT_AUTHOR_NAME": "gagar",
-    "GIT_AUTHOR_EMAIL": "gagar@sandbox.invalid",
-    "GIT_COMMITTER_NAME": "gagar",
-    "GIT_COMMITTER_EMAIL": "gagar@sandbox.invalid",
+    **git_identity(),
 }
 
 

@@ -1,4 +1,8 @@
-"""Capped capture of a command's output: keep the head and the tail, count what was cut in between."""
+"""Capping output: keep the head and the tail, and say how much was cut in between.
+
+One rule for every place gagar bounds text: a command's streams in the sandboxes (`CappedBuffer`, bytes as
+they arrive) and what a tool shows the model (`cap_text`, characters of a finished string).
+"""
 
 from __future__ import annotations
 
@@ -46,4 +50,24 @@ class CappedBuffer:
         tail = self._tail.decode("utf-8", errors="replace")
         if not self.truncated:
             return head + tail
-        return f"{head}\n[... {self.cut:,} bytes cut ...]\n{tail}"
+        return _mark_cut(head, tail, self.cut, "bytes")
+
+
+def cap_text(text: str, limit: int) -> str:
+    """At most about `limit` characters of `text`: its head and its tail, with the count of what was cut.
+
+    Args:
+        text: the whole text.
+        limit: characters to keep, split evenly between head and tail; text that fits is returned unchanged.
+
+    Returns:
+        The text, or its head and tail joined by a line saying how many characters were cut.
+    """
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return _mark_cut(text[:half], text[len(text) - half :], len(text) - 2 * half, "characters")
+
+
+def _mark_cut(head: str, tail: str, cut: int, unit: str) -> str:
+    return f"{head}\n[... {cut:,} {unit} cut ...]\n{tail}"
