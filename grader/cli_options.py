@@ -16,6 +16,7 @@ import inspect
 import textwrap
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import MISSING, Field, dataclass
 from functools import cache
 from pathlib import Path
@@ -67,24 +68,25 @@ def _strip_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _cli_fields(cls: type) -> list[tuple[Field[Any], Any, bool]]:
-    """(field, its type without Optional, whether None is allowed) for each field on the command line."""
+def _cli_fields(cls: type, only: Collection[str] | None = None) -> list[tuple[Field[Any], Any, bool]]:
+    """(field, its type without Optional, whether None is allowed) for each field on the command line (of
+    those named in `only`, when given)."""
     hints = typing.get_type_hints(cls)
     found = []
     for f in dataclasses.fields(cls):
-        if "cli" in f.metadata and f.metadata["cli"] is None:
+        if ("cli" in f.metadata and f.metadata["cli"] is None) or (only is not None and f.name not in only):
             continue
         kind, optional = _strip_optional(hints[f.name])
         found.append((f, kind, optional))
     return found
 
 
-def _options(cls: type) -> list[_Option]:
+def _options(cls: type, only: Collection[str] | None = None) -> list[_Option]:
     """Every option of `cls`, nested dataclasses flattened. One namespace for all configs: field names are
     their dests, so two configs must not share a field name (argparse refuses the second flag)."""
     docs = field_docs(cls)
     found = []
-    for f, kind, optional in _cli_fields(cls):
+    for f, kind, optional in _cli_fields(cls, only):
         if dataclasses.is_dataclass(kind):
             found += _options(kind)  # type: ignore[arg-type]
             continue
@@ -101,9 +103,12 @@ def _default(f: Field[Any]) -> Any:
     return None
 
 
-def add_config_arguments(group: argparse._ActionsContainer, cls: type) -> None:
-    """Add one option per field of the dataclass `cls` (nested dataclasses flattened)."""
-    for option in _options(cls):
+def add_config_arguments(
+    group: argparse._ActionsContainer, cls: type, only: Collection[str] | None = None
+) -> None:
+    """Add one option per field of the dataclass `cls` (nested dataclasses flattened), or per field named in
+    `only`. Raises `argparse.ArgumentError` when a flag is already taken."""
+    for option in _options(cls, only):
         f, kind, dest = option.field, option.kind, option.field.name
         default = _default(f)
         help_text = option.doc
@@ -127,11 +132,13 @@ def add_config_arguments(group: argparse._ActionsContainer, cls: type) -> None:
         group.add_argument(option.flag, dest=dest, type=convert, default=default, help=help_text)
 
 
-def config_from_args(cls: type, args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword options for `cls` as given on the command line (required fields left out when unset, so
-    the registry's own error names them)."""
+def config_from_args(
+    cls: type, args: argparse.Namespace, only: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The keyword options for `cls` (or its fields named in `only`) as given on the command line; required
+    fields are left out when unset, so the registry's own error names them."""
     values: dict[str, Any] = {}
-    for f, kind, optional in _cli_fields(cls):
+    for f, kind, optional in _cli_fields(cls, only):
         if dataclasses.is_dataclass(kind):
             values[f.name] = kind(**config_from_args(kind, args))  # type: ignore[operator]
             continue

@@ -91,6 +91,11 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
 )
 
 
+# Fields `gagar simulate` does not generate an option for: the scheme comes from GradingOptions' options, as
+# `gagar grade` takes it, and the name lists have their own comma-separated parsing.
+_NOT_AN_OPTION = {"cli": None}
+
+
 @dataclass
 class SimulationConfig:
     """Everything a simulation depends on; two runs with equal configs give equal results, bit for bit."""
@@ -115,13 +120,15 @@ class SimulationConfig:
     """Standard deviation of task difficulty on the logit scale of the pass probability."""
     length_jitter: float = 0.25
     """Log-normal sigma of a rollout's length around its behaviour's mean."""
-    scheme: str = redistribute.DEFAULT_SCHEME
+    scheme: str = field(default=redistribute.DEFAULT_SCHEME, metadata=_NOT_AN_OPTION)
     """Weight scheme (a name in ``grader.redistribute.WEIGHT_SCHEMES``)."""
-    scheme_params: dict[str, float] = field(default_factory=lambda: {"floor": redistribute.DEFAULT_FLOOR})
+    scheme_params: dict[str, float] = field(
+        default_factory=lambda: {"floor": redistribute.DEFAULT_FLOOR}, metadata=_NOT_AN_OPTION
+    )
     """Parameters of the weight scheme, e.g. ``floor``."""
-    arms: tuple[str, ...] = tuple(ARMS)
+    arms: tuple[str, ...] = field(default=tuple(ARMS), metadata=_NOT_AN_OPTION)
     """Arms to run, names from :data:`ARMS`."""
-    aggregations: tuple[str, ...] = AGGREGATIONS
+    aggregations: tuple[str, ...] = field(default=AGGREGATIONS, metadata=_NOT_AN_OPTION)
     """Loss aggregations to run each arm under."""
 
     def validate(self) -> None:

@@ -18,7 +18,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from grader import redistribute
+from grader.cli_options import add_config_arguments
+from grader.cli_options import config_from_args as config_from_options
 from grader.pipeline import GradingOptions
 from grader.simulate import AGGREGATIONS, ARMS, SimulationConfig, SimulationResult, simulate
 
@@ -40,23 +41,17 @@ def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
     return names
 
 
+SCHEME_FIELDS = ("scheme", "floor", "decay", "top_k")
+"""GradingOptions' fields that say the weight scheme: `gagar simulate` takes them as `gagar grade` does."""
+
+
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:
-    # The same scheme parameters `gagar grade` gives the scheme, from the same options.
-    params = GradingOptions(
-        scheme=args.scheme, floor=args.floor, decay=args.decay, top_k=args.top_k
-    ).weight_params()
+    """The simulation the command line asks for. Raises ValueError naming the first bad value."""
+    scheme = GradingOptions(**config_from_options(GradingOptions, args, SCHEME_FIELDS))
     config = SimulationConfig(
-        steps=args.steps,
-        seeds=args.seeds,
-        seed=args.seed,
-        groups=args.groups,
-        group_size=args.group_size,
-        learning_rate=args.learning_rate,
-        grader_noise=args.grader_noise,
-        position_bias=args.position_bias,
-        task_spread=args.task_spread,
-        scheme=args.scheme,
-        scheme_params=params,
+        **config_from_options(SimulationConfig, args),
+        scheme=scheme.scheme,
+        scheme_params=scheme.weight_params(),
         arms=args.arms,
         aggregations=args.aggregations,
     )
@@ -235,7 +230,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add `simulate` to an argparse subparsers object (gagar's `build_parser`)."""
-    defaults = SimulationConfig()
     parser = subparsers.add_parser(
         "simulate",
         help="a seeded GRPO simulation: plain GRPO vs GAGAR with and without sum preservation",
@@ -243,25 +237,8 @@ def register(subparsers: Any) -> None:
         "(see grader/simulate.py). Writes table.txt, simulation.json and simulation.png to --out.",
     )
     parser.add_argument("--out", required=True, type=Path, help="folder for table.txt, simulation.json, .png")
-    parser.add_argument("--steps", type=int, default=defaults.steps)
-    parser.add_argument("--seeds", type=int, default=defaults.seeds, help="runs per arm")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="base seed")
-    parser.add_argument("--groups", type=int, default=defaults.groups, help="tasks per step")
-    parser.add_argument("--group-size", type=int, default=defaults.group_size, help="rollouts per task")
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    parser.add_argument(
-        "--grader-noise", type=float, default=defaults.grader_noise, help="sd of the noise on quality (0-1)"
-    )
-    parser.add_argument(
-        "--position-bias", type=float, default=defaults.position_bias, help="bonus of the first-shown rollout"
-    )
-    parser.add_argument(
-        "--task-spread", type=float, default=defaults.task_spread, help="sd of task difficulty"
-    )
-    parser.add_argument("--scheme", default=defaults.scheme, choices=sorted(redistribute.WEIGHT_SCHEMES))
-    parser.add_argument("--floor", type=float, default=redistribute.DEFAULT_FLOOR, help="lowest weight")
-    parser.add_argument("--decay", type=float, default=0.5, help="per-rank factor of the exponential scheme")
-    parser.add_argument("--top-k", type=int, default=1, help="ranks kept at full weight by the top-k scheme")
+    add_config_arguments(parser, SimulationConfig)
+    add_config_arguments(parser.add_argument_group("weight scheme"), GradingOptions, SCHEME_FIELDS)
     parser.add_argument(
         "--arms",
         type=lambda text: _names(text, tuple(ARMS), "arm"),

@@ -57,6 +57,12 @@ def test_grade_and_eval_accept_the_same_grader_and_redistribution_options() -> N
     assert {flag: evaluate[flag] for flag in shared} == shared
 
 
+def test_simulate_takes_the_weight_scheme_as_grade_does() -> None:
+    grade, simulate = _options("grade"), _options("simulate")
+    for flag in ("--scheme", "--floor", "--decay", "--top-k"):
+        assert simulate[flag] == grade[flag], flag
+
+
 def test_the_registries_know_their_names_and_refuse_unknown_ones() -> None:
     assert {"heuristic", "llm"} <= set(GRADERS.names())
     assert {"docker", "local"} <= set(BACKENDS.names())

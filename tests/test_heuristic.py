@@ -125,3 +125,47 @@ def test_leftover_names() -> None:
         assert is_leftover(path), path
     for path in ("pkg/new_module.py", "setup.py", "docs/guide.md", "tests/test_new.py", "conftest.py"):
         assert not is_leftover(path), path
+
+
+def test_adding_a_regression_test_is_no_penalty_but_weakening_one_is(
+    repo: RepoFactory, mirrors: MirrorCache
+) -> None:
+    test_file = BASE_FILES["tests/test_core.py"]
+    added = test_file + "\n\ndef test_add_negative():\n    assert add(-1, -2) == -3\n"
+    result = grade(
+        repo,
+        mirrors,
+        {
+            "clean": FIX,
+            "adds-test": {**FIX, "tests/test_core.py": added},
+            "new-test-file": {
+                **FIX,
+                "tests/test_more.py": "from pkg.core import add\n\n\ndef test_z():\n"
+                "    assert add(0, 0) == 0\n",
+            },
+            "deletes-assertion": {
+                **FIX,
+                "tests/test_core.py": test_file.replace("    assert add(1, 2) == 3\n", "    pass\n"),
+            },
+            "changes-expected": {**FIX, "tests/test_core.py": test_file.replace("== 3", "in (3, None)")},
+            "adds-xfail": {
+                **FIX,
+                "tests/test_core.py": test_file.replace(
+                    "def test_add", "import pytest\n\n\n@pytest.mark.xfail\ndef test_add"
+                ),
+            },
+            "deletes-test-file": {**FIX, "tests/test_core.py": None},
+        },
+    )
+    signals = result.signals
+    for tid in ("adds-test", "new-test-file"):
+        assert signals[tid]["test_files_modified"] == [], tid
+        assert signals[tid]["out_of_scope_files"] == [], tid
+        assert "tests" not in result.rationales[tid], result.rationales[tid]
+    for tid in ("deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file"):
+        assert signals[tid]["test_files_modified"] == ["tests/test_core.py"], tid
+        assert signals[tid]["penalty"] >= 3.0, tid
+    # Only size separates adding a test from the bare fix; every weakening ranks below both.
+    position = {tid: i for i, tier in enumerate(result.ranking) for tid in tier}
+    weakened = ("deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file")
+    assert max(position["adds-test"], position["new-test-file"]) < min(position[t] for t in weakened)

@@ -1,10 +1,13 @@
 """The heuristic grader, gagar's default: ranks passing candidates from signals read off the view.
 
 No model and no execution: each equivalence class of patches is scored on what a reviewer would object to in
-a fix that already passes the tests, and classes are ranked by total penalty (equal penalties tie). Weights,
+a fix that already passes the tests, and classes are ranked by total penalty (equal penalties tie). It sees
+hygiene and scope, never correctness: two fixes that differ only in whether they are right tie. Weights,
 per unit:
 
-    test file modified or deleted   3.0   weakening the tests is the worst way to pass them
+    existing tests weakened         3.0   lines of an existing test removed or changed, a skip or xfail added,
+                                          or a test file deleted: the worst way to pass the tests. Tests
+                                          added (new files, or new lines in an existing file) are no penalty
     exception swallowed             3.0   `except ...: pass` added: hides the next bug as a test edit does
     leftover file                   2.0   a reproduction script, scratch file or backup left in the tree
     out-of-scope file               1.0   a file no other candidate needed to touch
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -68,6 +72,20 @@ _SWALLOW = re.compile(r"^\s*except\b[^:]*:\s*(pass|\.\.\.)?\s*(#.*)?$")
 _EMPTY_BODY = re.compile(r"^\s*(pass|\.\.\.)\s*(#.*)?$")
 _DEAD_CODE = re.compile(r"^\s*(if|while)\s+(False|0)\s*:|^\s*if\s*\(\s*(false|0)\s*\)")
 _FORMATTING = re.compile(r"[\s(),'\"]+")
+_SKIP = re.compile(
+    r"\bpytest\.(?:mark\.)?(?:skip|skipif|xfail|importorskip)\b|\bunittest\.(?:skip\w*|expectedFailure)\b"
+    r"|\.skipTest\(|@skip\w*\b"
+)
+_RATIONALE = (
+    ("test_files_modified", "modifies tests {}"),
+    ("leftover_files", "leaves {}"),
+    ("out_of_scope_files", "touches {}, which no other candidate needed"),
+    ("formatting_only_files", "only reformats {}"),
+    ("swallowed_exceptions", "swallows exceptions ({} handler(s) that do nothing)"),
+    ("debug_lines", "adds {} debug line(s)"),
+    ("commented_code_lines", "adds {} commented-out or dead line(s)"),
+)
+"""Signal -> how a rationale says it, in the order rationales list them."""
 
 
 @dataclass
@@ -90,7 +108,7 @@ class HeuristicGrader:
     """Ranks classes of passing candidates by penalty; see the module docstring for the signals."""
 
     name = "heuristic"
-    version = 2  # bump when a change alters rankings, so cached grades are not reused
+    version = 3  # bump when a change alters rankings, so cached grades are not reused
 
     def fingerprint(self) -> str:
         """The name and the signal version: nothing else changes its grades."""
@@ -146,7 +164,11 @@ class HeuristicGrader:
 
     def _signals(self, view: GradingView, c: _Candidate, others: set[str] | None) -> dict[str, Any]:
         leftovers = sorted(p for p in c.new_files if is_leftover(p))
-        tests_modified = sorted(p for p in c.touched - c.new_files if patches.is_test_path(p))
+        tests_modified = sorted(
+            patches.file_path(f)
+            for f in c.parsed
+            if patches.is_test_path(patches.file_path(f)) and not f.is_added_file and _weakens_tests(f)
+        )
         debug = commented = swallowed = 0
         formatting_only = []
         for patched_file in c.parsed:
@@ -170,9 +192,8 @@ class HeuristicGrader:
             out_of_scope = sorted(
                 p
                 for p in c.touched - others
-                if p not in leftovers
-                and p not in tests_modified
-                and not (patches.is_test_path(p) and p in c.new_files)
+                # Tests are never out of scope: adding them is good practice; weakening them is a signal.
+                if p not in leftovers and not patches.is_test_path(p)
             )
         return {
             "test_files_modified": tests_modified,
@@ -215,21 +236,23 @@ def _changed_lines(parsed: Any) -> int:
 
 def _rationale(signals: dict[str, Any]) -> str:
     notes = []
-    if signals["test_files_modified"]:
-        notes.append(f"modifies tests {', '.join(signals['test_files_modified'])}")
-    if signals["leftover_files"]:
-        notes.append(f"leaves {', '.join(signals['leftover_files'])}")
-    if signals["out_of_scope_files"]:
-        notes.append(f"touches {', '.join(signals['out_of_scope_files'])}, which no other candidate needed")
-    if signals["formatting_only_files"]:
-        notes.append(f"only reformats {', '.join(signals['formatting_only_files'])}")
-    if signals["swallowed_exceptions"]:
-        notes.append(f"swallows exceptions ({signals['swallowed_exceptions']} handler(s) that do nothing)")
-    if signals["debug_lines"]:
-        notes.append(f"adds {signals['debug_lines']} debug line(s)")
-    if signals["commented_code_lines"]:
-        notes.append(f"adds {signals['commented_code_lines']} commented-out or dead line(s)")
+    for name, text in _RATIONALE:
+        value = signals[name]
+        if value:
+            notes.append(text.format(", ".join(value) if isinstance(value, list) else value))
     if signals["size_ratio"] > 1:
         notes.append(f"{signals['size_ratio']:g}x the smallest candidate's changed lines")
     body = "; ".join(notes) if notes else "smallest candidate, nothing flagged"
     return f"penalty {signals['penalty']:.2f}: {body}"
+
+
+def _weakens_tests(patched_file: Any) -> bool:
+    """Whether a patch to an existing test file can weaken it: it deletes the file, removes or changes a line
+    (one not merely moved within the file), or adds a skip or an xfail. New lines alone add tests."""
+    if patched_file.is_removed_file:
+        return True
+    added = [line.value for hunk in patched_file for line in hunk if line.is_added]
+    removed = [line.value for hunk in patched_file for line in hunk if line.is_removed]
+    remaining = Counter(text.strip() for text in removed if text.strip())
+    remaining.subtract(text.strip() for text in added)
+    return any(count > 0 for count in remaining.values()) or any(_SKIP.search(text) for text in added)
