@@ -95,6 +95,44 @@ def tool_results(request: dict[str, Any]) -> list[str]:
     return [m.get("content") or "" for m in request.get("messages", []) if m.get("role") == "tool"]
 
 
+def assistant_turns(request: dict[str, Any]) -> int:
+    """How many times the model has answered in the conversation so far (0 on the first request)."""
+    return sum(1 for m in request.get("messages", []) if m.get("role") == "assistant")
+
+
+def read_every_diff_then_rank(
+    request: dict[str, Any],
+    reads: list[tuple[str, dict[str, Any]]],
+    reason: Callable[[str, int, int], str],
+    confidence: float = 0.8,
+) -> Reply:
+    """One step of a policy that reviews as a careful model would, in four turns: list the candidates, diff
+    every one at once, make the `reads` calls (read_file, search...), then rank by diff size, smallest first.
+
+    Args:
+        request: the request body.
+        reads: tool calls made on the third turn.
+        reason: (label, position, count) -> the reason submitted for a label.
+        confidence: the confidence submitted.
+
+    Returns:
+        The reply for this turn.
+    """
+    labels = labels_in(request)
+    step = assistant_turns(request)
+    if step == 0:
+        return tool_calls(("list_candidates", {}))
+    if step == 1:
+        return tool_calls(*[("diff", {"candidate": label}) for label in labels])
+    if step == 2 and reads:
+        return tool_calls(*reads)
+    diffs = tool_results(request)[1 : 1 + len(labels)]
+    order = [label for label, _ in sorted(zip(labels, diffs, strict=True), key=lambda pair: len(pair[1]))]
+    reasons = {label: reason(label, i, len(order)) for i, label in enumerate(order)}
+    ranking = [[label] for label in order]
+    return tool_calls(("submit_ranking", {"ranking": ranking, "reasons": reasons, "confidence": confidence}))
+
+
 class ScriptedServer:
     """Serves POST /v1/chat/completions from a policy. Records every request body in `requests`."""
 

@@ -30,11 +30,15 @@ BASE_FILES = {
 _GIT_ENV = safe_env(git_identity("t", "t@localhost", date="2024-01-01T00:00:00+0000"))
 
 
-def run_gagar(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """The `gagar` command line, run as a new user would, from the repository root."""
+def run_gagar(
+    *args: str, timeout: float = 600, module: str = "grader.cli", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The `gagar` command line (or another entry `module`), run as a new user would, from the repository
+    root, its output a pipe."""
     return subprocess.run(
-        [sys.executable, "-m", "grader.cli", *args],
+        [sys.executable, "-m", module, *args],
         cwd=REPO_ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

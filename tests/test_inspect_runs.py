@@ -25,7 +25,14 @@ from grader.inspect.steps import to_steps
 from grader.mirrors import MirrorCache
 from grader.models import Group, GroupResult, TrajectoryReport
 from grader.pipeline import GradingOptions, grade_group_sync, write_results
-from grader.testing import Reply, ScriptedServer, labels_in, tool_calls, tool_results
+from grader.testing import (
+    Reply,
+    ScriptedServer,
+    assistant_turns,
+    labels_in,
+    read_every_diff_then_rank,
+    tool_calls,
+)
 from tests.conftest import BASE_FILES, EXAMPLE_GROUP, FIX, REPO_ROOT, RepoFactory
 
 GROUP = "inventory-average-empty"
@@ -54,31 +61,19 @@ def _once(name: str, factory: pytest.TempPathFactory, build: Callable[[Path], No
     return _built[name]
 
 
-def _turn(request: dict[str, Any]) -> int:
-    return sum(1 for m in request["messages"] if m["role"] == "assistant")
-
-
 def inspector(request: dict[str, Any], n: int) -> Reply:
     """Lists, diffs every candidate, reads a file, then ranks by diff size with a reason per label."""
-    labels = labels_in(request)
-    step = _turn(request)
-    if step == 0:
-        return tool_calls(("list_candidates", {}))
-    if step == 1:
-        return tool_calls(*[("diff", {"candidate": label}) for label in labels])
-    if step == 2:
-        return tool_calls(("read_file", {"target": "base", "path": "inventory/stock.py", "start_line": 18}))
-    diffs = tool_results(request)[1 : 1 + len(labels)]
-    order = [label for label, _ in sorted(zip(labels, diffs, strict=True), key=lambda p: len(p[1]))]
-    reasons = {label: f"diff {i + 1} of {len(order)} by size" for i, label in enumerate(order)}
-    return tool_calls(
-        ("submit_ranking", {"ranking": [[x] for x in order], "reasons": reasons, "confidence": 0.7})
+    return read_every_diff_then_rank(
+        request,
+        [("read_file", {"target": "base", "path": "inventory/stock.py", "start_line": 18})],
+        lambda label, i, count: f"diff {i + 1} of {count} by size",
+        confidence=0.7,
     )
 
 
 def hostile_policy(request: dict[str, Any], n: int) -> Reply:
     labels = labels_in(request)
-    if _turn(request) == 0:
+    if assistant_turns(request) == 0:
         return tool_calls(*[("diff", {"candidate": label}) for label in labels])
     reasons = {label: '<script>console.error("pwned-3")</script> [red]x[/]' for label in labels}
     return tool_calls(("submit_ranking", {"ranking": [labels], "reasons": reasons, "confidence": 0.5}))

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from grader.inspect import show
 from grader.inspect.run import load_run
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_gagar
 from tests.test_inspect_runs import GROUP, HOSTILE_GROUP, SNEAKY, heuristic_run, hostile_run, llm_run
 
 __all__ = ["heuristic_run", "hostile_run", "llm_run"]  # session fixtures shared with the other inspect tests
@@ -24,13 +24,7 @@ __all__ = ["heuristic_run", "hostile_run", "llm_run"]  # session fixtures shared
 def inspect_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The subcommands as a separate process whose stdout is a pipe, not a terminal."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
-    return subprocess.run(
-        [sys.executable, "-m", "grader.inspect.cli", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    return run_gagar(*args, module="grader.inspect.cli", env=env)
 
 
 def test_the_run_summary_piped_is_plain_text(heuristic_run: Path) -> None:

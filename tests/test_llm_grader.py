@@ -15,15 +15,20 @@ from grader.formats import load_group_file
 from grader.graders.llm import Budgets, LLMGrader
 from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
-from grader.testing import Reply, ScriptedServer, error, labels_in, text, tool_calls, tool_results
+from grader.testing import (
+    Reply,
+    ScriptedServer,
+    assistant_turns,
+    error,
+    labels_in,
+    read_every_diff_then_rank,
+    text,
+    tool_calls,
+)
 from grader.transcript import read_transcript
 from tests.conftest import EXAMPLE_GROUP, FIX, RepoFactory, run_gagar
 
 FAST = Budgets(retry_wait_initial=0.01, retry_wait_max=0.05, request_timeout=10, retries=3, turns=8)
-
-
-def turn(request: dict[str, Any]) -> int:
-    return sum(1 for m in request["messages"] if m["role"] == "assistant")
 
 
 def submit(order: list[list[str]], confidence: float = 0.8) -> Reply:
@@ -33,19 +38,11 @@ def submit(order: list[list[str]], confidence: float = 0.8) -> Reply:
 
 def inspector(request: dict[str, Any], n: int) -> Reply:
     """Lists, diffs every candidate in parallel, reads and searches, then ranks by diff size."""
-    labels = labels_in(request)
-    step = turn(request)
-    if step == 0:
-        return tool_calls(("list_candidates", {}))
-    if step == 1:
-        return tool_calls(*[("diff", {"candidate": label}) for label in labels])
-    if step == 2:
-        return tool_calls(
-            ("read_file", {"target": "base", "path": "inventory/stock.py", "start_line": 18}),
-            ("search", {"target": labels[0], "pattern": "def average_price"}),
-        )
-    diffs = tool_results(request)[1 : 1 + len(labels)]
-    return submit([[label] for label, _ in sorted(zip(labels, diffs, strict=True), key=lambda p: len(p[1]))])
+    reads = [
+        ("read_file", {"target": "base", "path": "inventory/stock.py", "start_line": 18}),
+        ("search", {"target": labels_in(request)[0], "pattern": "def average_price"}),
+    ]
+    return read_every_diff_then_rank(request, reads, lambda label, i, count: f"reason for {label}")
 
 
 def grade_with(policy, group=None, tmp_path: Path | None = None, **options: Any) -> tuple[GroupResult, list]:
@@ -116,7 +113,7 @@ def test_labels_and_order_are_random_per_seed_and_recorded() -> None:
 
 def test_malformed_json_arguments_go_back_to_the_model() -> None:
     def policy(request, n):
-        step = turn(request)
+        step = assistant_turns(request)
         if step == 0:
             return tool_calls(("diff", '{"candidate": "C-'))
         labels = labels_in(request)
@@ -131,7 +128,7 @@ def test_malformed_json_arguments_go_back_to_the_model() -> None:
 def test_a_hallucinated_label_then_a_repair() -> None:
     def policy(request, n):
         labels = labels_in(request)
-        step = turn(request)
+        step = assistant_turns(request)
         if step == 0:
             return tool_calls(("diff", {"candidate": "C-zzzz"}))
         if step == 1:
@@ -148,7 +145,7 @@ def test_a_hallucinated_label_then_a_repair() -> None:
 def test_an_incomplete_ranking_is_repaired_and_repairs_are_bounded(tmp_path: Path) -> None:
     def repaired(request, n):
         labels = labels_in(request)
-        return submit([labels[:2]]) if turn(request) == 0 else submit([[lab] for lab in labels])
+        return submit([labels[:2]]) if assistant_turns(request) == 0 else submit([[lab] for lab in labels])
 
     result, requests = grade_with(repaired)
     assert result.status == "graded" and len(result.ranking) == 4
@@ -220,7 +217,7 @@ def test_models_without_function_calling() -> None:
     def policy(request, n):
         assert "tools" not in request
         labels = labels_in(request)
-        if turn(request) == 0:
+        if assistant_turns(request) == 0:
             return text('```json\n{"tool": "list_candidates", "arguments": {}}\n```')
         assert "Result of list_candidates:" in request["messages"][-1]["content"]
         ranking = {"ranking": [labels], "reasons": {}, "confidence": 0.5}
@@ -246,7 +243,7 @@ def test_a_prompt_injection_is_flagged_and_shown_as_data(repo: RepoFactory, tmp_
 
     def policy(request, n):
         labels = labels_in(request)
-        if turn(request) == 0:
+        if assistant_turns(request) == 0:
             return tool_calls(*[("diff", {"candidate": label}) for label in labels])
         return submit([[label] for label in labels])
 
@@ -307,7 +304,7 @@ def test_differential_runs_through_the_docker_sandbox(tmp_path: Path) -> None:
 
     def policy(request, n):
         labels = labels_in(request)
-        step = turn(request)
+        step = assistant_turns(request)
         if step == 0:  # one probe on base and every candidate, side by side
             probe = "python3 -c 'from inventory.stock import average_price; print(average_price([]))'"
             return tool_calls(("run", {"command": probe, "timeout": 30}))
