@@ -17,6 +17,7 @@ disk) raises `EnvironmentBuildError` with the reason; it concerns that task only
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import re
@@ -24,11 +25,13 @@ import secrets
 import shlex
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grader.errors import EnvironmentBuildError, ImageBuildError
 from grader.filelock import file_lock
@@ -344,6 +347,59 @@ __all__ = [
     "EnvironmentImage",
     "EnvironmentSpec",
     "build_environment",
+    "environment_for",
     "environment_tag",
     "environments_cache",
+    "spec_for_task",
 ]
+
+
+def spec_for_task(repository: str, python: str | None, recipe: dict[str, Any] | None) -> EnvironmentSpec:
+    """The layer a task needs: its recipe (a `Recipe.to_dict`) on its interpreter, or the bare interpreter.
+
+    Args:
+        repository: the task's repository (its URL or path; only the last two path parts name the layer).
+        python: the task's `python`, which wins over the recipe's.
+        recipe: the task's `environment`, or None.
+
+    Returns:
+        The spec; a task with no recipe gets an empty layer keyed by its interpreter.
+    """
+    recipe = recipe or {}
+    name = recipe.get("repo") or "/".join(repository.rstrip("/").removesuffix(".git").split("/")[-2:])
+    return EnvironmentSpec(
+        repository=str(name),
+        version=str(recipe.get("version") or "none"),
+        python=python or recipe.get("python") or None,
+        pip_packages=tuple(recipe.get("pip_packages") or ()),
+        system_packages=tuple(recipe.get("system_packages") or ()),
+        requirements_files=tuple(recipe.get("requirements_files") or ()),
+        build_commands=tuple(recipe.get("build_commands") or ()),
+        install=recipe.get("install") or None,
+        env=tuple(sorted((recipe.get("env") or {}).items())),
+    )
+
+
+def environment_for(trees: Any, spec: EnvironmentSpec, **options: Any) -> EnvironmentImage:
+    """Build (or reuse) `spec`'s layer with the "base" tree of `trees` (a `TreeSource`) as its source.
+
+    Args:
+        trees: where the base tree comes from (`archive("base")`, a tar).
+        spec: the layer.
+        **options: passed to `build_environment` (timeout, log_bytes, force).
+
+    Returns:
+        The layer.
+
+    Raises:
+        UnknownInterpreter, EnvironmentBuildError: as `build_environment`.
+    """
+    if not (spec.install or spec.requirements_files):
+        return build_environment(spec, None, **options)
+    with tempfile.TemporaryDirectory(prefix="gagar-env-src-") as tmp:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(trees.archive("base"))) as archive:
+                archive.extractall(tmp, filter="data")
+        except (tarfile.TarError, OSError, KeyError) as exc:
+            raise EnvironmentBuildError(f"{spec.slug}: could not unpack the base tree: {exc}") from exc
+        return build_environment(spec, Path(tmp), **options)
