@@ -1,10 +1,12 @@
 """Environment layers against the real engine, PyPI and the Debian mirror: built, reused, and failing cleanly.
 
-The layers are small (one pinned pure-Python requirement and pytest on the bullseye interpreter) and keep their
-tags between runs, so only the first run pays for the builds.
+The layers are small (one pinned pure-Python requirement and pytest on the bullseye interpreter) and keep
+their tags between runs, so only the first run pays for the builds.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -59,7 +61,7 @@ def test_layer_runs_the_pinned_requirement_and_the_tests(small_env, tmp_path) ->
         probe = sb.exec(
             "base",
             "python -c 'import sys, six, os, pkg; print(sys.version_info[:2], six.__version__, "
-            "os.environ[\"GAGAR_ENV_MARK\"], pkg.add(2, 3))'",
+            'os.environ["GAGAR_ENV_MARK"], pkg.add(2, 3))\'',
         )
         assert probe.exit_code == 0, probe.stderr
         assert probe.stdout.strip() == "(3, 9) 1.16.0 small 5"
@@ -86,7 +88,7 @@ def test_nonexistent_requirement_fails_with_its_name_and_leaves_no_tag() -> None
         build_environment(spec, force=True)
     assert "not on PyPI" in str(caught.value) and "log: " in str(caught.value)
     log_path = str(caught.value).rsplit("log: ", 1)[1].rstrip(")")
-    assert "No matching distribution" in open(log_path).read()
+    assert "No matching distribution" in Path(log_path).read_text()
     left = {t for t in _tags() if "gagar-tests__missing" in t}
     assert left == set(), left  # neither the final tag nor the temporary one
 
