@@ -235,7 +235,9 @@ def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> s
     if spec.install:
         # Not editable: the sandbox's filesystem is read-only and every command has its own copy of the tree.
         install = re.sub(r"(pip install[^&;|]*?)\s(?:-e|--editable)\s", r"\1 ", f"{spec.install} ")
-        lines.append(f"RUN cd /opt/gagar-src && {install.strip()}")
+        # The tree comes without .git: setuptools-scm projects (pytest, pylint) get the environment's version.
+        scm = f"SETUPTOOLS_SCM_PRETEND_VERSION={shlex.quote(_pep440(spec.version))}"
+        lines.append(f"RUN cd /opt/gagar-src && {scm} {install.strip()}")
     lines.append("RUN rm -rf /opt/gagar-src")
     for name, value in spec.env:
         lines.append(f"ENV {name}={shlex.quote(value)}")
@@ -312,9 +314,18 @@ def _reason(text: str, timed_out: bool, timeout: float) -> str:
         m = re.search(pattern, text)
         if m:
             return message.format(m.group(1))
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if re.search(r"error|returned a non-zero code", line, re.I)]
-    return (errors or lines or ["docker build failed without output"])[-1][:500]
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() if line.strip()]
+    # A Python exception says more than the step's exit code that follows it.
+    raised = [line for line in lines if re.match(r"[A-Z]\w*(Error|Exception): ", line)]
+    step = [line for line in lines if "returned a non-zero code" in line]
+    errors = [line for line in lines if re.search(r"error", line, re.I)]
+    picked = (raised or step or errors or lines or ["docker build failed without output"])[-1][:400]
+    return f"{picked} [{step[-1][:200]}]" if raised and step else picked
+
+
+def _pep440(version: str) -> str:
+    """A version setuptools-scm accepts from an environment version such as "5.4" or "0.12"."""
+    return version if re.fullmatch(r"\d+(\.\d+)+", version) else "0.0"
 
 
 def _label(client: object, tag: str) -> str | None:
