@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from grader.errors import InputFileError
 from grader.models import DEFAULT_PASS_THRESHOLD, Group, Task, Trajectory, complete_group
+from grader.sandbox.environments import tree_setup
 from grader.sandbox.recipes import RecipeError, SpecTables, recipe_for, test_command_for
 
 log = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ def swebench_environment(instance: dict[str, Any], tables: SpecTables | None = N
         tables: the specification tables; None reads the pinned swebench wheel (fetched with pip once).
 
     Returns:
-        Keyword arguments for `Task`: `python`, `environment`, `test_command` (empty when unknown).
+        Keyword arguments for `Task`: `python`, `environment`, `test_command`, `setup` (empty when unknown).
     """
     if not instance.get("version"):
         return {}
@@ -211,6 +212,7 @@ def swebench_environment(instance: dict[str, Any], tables: SpecTables | None = N
         "python": recipe.python or None,
         "environment": recipe.to_dict(),
         "test_command": test_command_for(recipe, instance.get("test_patch") or "") or None,
+        "setup": tree_setup(recipe.version) if recipe.install else None,
     }
 
 

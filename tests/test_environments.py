@@ -105,3 +105,75 @@ def test_build_past_its_time_limit_fails_and_leaves_no_tag() -> None:
 def test_unknown_interpreter_is_refused_before_any_build() -> None:
     with pytest.raises(UnknownInterpreter, match="2.7"):
         build_environment(EnvironmentSpec(repository="x/y", version="1", python="2.7"))
+
+
+def _grade_probes(task_update: dict, probes: list[str], tmp_path: Path):
+    """Grade the example group with a scripted model that runs `probes` on every target, then ranks."""
+    from grader.formats import load_group_file
+    from grader.graders.llm import Budgets, LLMGrader
+    from grader.pipeline import grade_group_sync
+    from grader.testing import ScriptedServer, labels_in, tool_calls
+    from grader.transcript import read_transcript
+    from tests.conftest import EXAMPLE_GROUP
+
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    group = group.model_copy(update={"task": group.task.model_copy(update=task_update)})
+
+    def policy(request, n):
+        labels = labels_in(request)
+        step = sum(1 for m in request["messages"] if m["role"] == "assistant")
+        if step < len(probes):
+            return tool_calls(("run", {"command": probes[step], "timeout": 60}))
+        order = [[label] for label in labels]
+        reasons = {label: "probe" for label in labels}
+        return tool_calls(("submit_ranking", {"ranking": order, "reasons": reasons, "confidence": 0.5}))
+
+    budgets = Budgets(retry_wait_initial=0.01, retry_wait_max=0.05, request_timeout=600, retries=1, turns=6)
+    with ScriptedServer(policy) as server:
+        grader = LLMGrader(
+            "scripted",
+            base_url=server.url,
+            transcript_dir=tmp_path,
+            seed=7,
+            sandbox="docker",
+            budgets=budgets,
+        )
+        result = grade_group_sync(group, grader)
+    events = read_transcript(result.transcript)
+    return result, [e["content"] for e in events if e["type"] == "tool_result" and e["name"] == "run"]
+
+
+SMALL_RECIPE = {
+    "repo": "gagar-tests/small",
+    "version": "1",
+    "python": "3.9",
+    "pip_packages": list(SMALL.pip_packages),
+    "env": dict(SMALL.env),
+}
+
+
+def test_llm_run_probes_in_the_task_environment_and_names_the_stand_in(small_env, tmp_path) -> None:
+    probes = [
+        "python -c 'import sys, six; print(sys.version_info[:2], six.__version__)'",
+        "python -c 'import no_such_module_here'",
+    ]
+    result, runs = _grade_probes({"python": "3.8", "environment": SMALL_RECIPE}, probes, tmp_path)
+    assert result.status == "graded", result.reason
+    first, broken = runs
+    assert "[environment: Python 3.8 is not available offline; using 3.9" in first
+    assert first.count("(3, 9) 1.16.0") == 5  # base and the four candidates
+    # Every target fails the same import: one line, not five tracebacks.
+    assert "== all targets (" in broken and "No module named 'no_such_module_here'" in broken
+    assert "Traceback" not in broken and broken.count("\n") <= 1
+
+
+def test_llm_run_says_why_the_environment_could_not_be_built(tmp_path) -> None:
+    recipe = {
+        "repo": "gagar-tests/missing",
+        "version": "1",
+        "pip_packages": ["gagar-no-such-package-on-pypi==0.0.1"],
+    }
+    result, runs = _grade_probes({"python": "3.9", "environment": recipe}, ["true"], tmp_path)
+    assert result.status == "graded", result.reason  # the other tools still work; the grade goes on
+    (only,) = runs
+    assert "run is unavailable: EnvironmentBuildError" in only and "gagar-no-such-package-on-pypi" in only

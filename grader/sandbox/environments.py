@@ -222,7 +222,8 @@ def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> s
             "RUN apt-get update && apt-get install -y --no-install-recommends "
             f"{packages} && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
         )
-    lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip<25' 'setuptools<70' wheel")
+    # setuptools-scm in the venv lets each target's setup write its version file (see `tree_setup`).
+    lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip<25' 'setuptools<70' wheel 'setuptools-scm<8'")
     if spec.pip_packages:
         lines.append(f"RUN {pip} {' '.join(shlex.quote(p) for p in spec.pip_packages)}")
     lines.append("COPY src /opt/gagar-src")
@@ -362,7 +363,25 @@ __all__ = [
     "environment_tag",
     "environments_cache",
     "spec_for_task",
+    "tree_setup",
 ]
+
+
+def tree_setup(version: str) -> str:
+    """The `setup` that makes a target's tree importable in place of SWE-bench's `pip install -e .`.
+
+    The venv is read-only in the sandbox, so nothing is installed: `setup.py egg_info` writes what an
+    editable install would leave in the tree (setuptools-scm's version file, the egg-info with its entry
+    points), and a tree without setup.py needs nothing.
+
+    Args:
+        version: the environment's version, given to setuptools-scm (the tree has no .git history).
+
+    Returns:
+        A shell command to run in the tree.
+    """
+    scm = f"SETUPTOOLS_SCM_PRETEND_VERSION={shlex.quote(_pep440(version))}"
+    return f"if [ -f setup.py ]; then {scm} python setup.py -q egg_info >/dev/null; fi"
 
 
 def spec_for_task(repository: str, python: str | None, recipe: dict[str, Any] | None) -> EnvironmentSpec:
