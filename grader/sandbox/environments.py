@@ -123,6 +123,7 @@ def build_environment(
     timeout: float = DEFAULT_BUILD_TIMEOUT,
     log_bytes: int = DEFAULT_LOG_BYTES,
     force: bool = False,
+    no_cache: bool = False,
 ) -> EnvironmentImage:
     """Build `spec`'s layer (or reuse the one already there) and tag it under `environment_tag`.
 
@@ -133,6 +134,7 @@ def build_environment(
         timeout: seconds the whole `docker build` may take; past it the build is stopped and fails.
         log_bytes: at most this much of the build's output is kept in the log (the rest is counted, not kept).
         force: rebuild even when a layer with the same content is there.
+        no_cache: do not reuse the engine's cached build steps either (a truly cold build, for benches).
 
     Returns:
         The layer, with the interpreter that stood in for the one asked for, if any, in its notes.
@@ -178,7 +180,7 @@ def build_environment(
             log_path = cache / "logs" / f"{tag.split(':', 1)[1]}.log"
             temporary = f"{ENVIRONMENT_REPOSITORY}-partial:{spec.slug}-{secrets.token_hex(4)}"
             try:
-                _docker_build(context, temporary, digest, log_path, timeout, log_bytes)
+                _docker_build(context, temporary, digest, log_path, timeout, log_bytes, no_cache)
                 client.images.get(temporary).tag(*tag.split(":", 1))
             except docker.errors.DockerException as exc:
                 raise EnvironmentBuildError(f"{spec.slug}: could not tag the layer: {exc}") from exc
@@ -256,10 +258,11 @@ def _context_digest(context: Path, base_id: str) -> str:
 
 
 def _docker_build(
-    context: Path, tag: str, digest: str, log_path: Path, timeout: float, log_bytes: int
+    context: Path, tag: str, digest: str, log_path: Path, timeout: float, log_bytes: int, no_cache: bool
 ) -> None:
     """`docker build` under `timeout`, its output capped into `log_path`. Raises `EnvironmentBuildError`."""
     argv = ["docker", "build", "--network=host", "--label", f"{HASH_LABEL}={digest}", "-t", tag]
+    argv += ["--no-cache"] if no_cache else []
     for name in _PROXY_VARS:
         if os.environ.get(name):
             argv += ["--build-arg", f"{name}={os.environ[name]}"]
