@@ -30,7 +30,16 @@ def group_key(view: GradingView, grader: Grader) -> str:
     task: Task = view.task
     graded = set(view.gradable())
     content = {
-        "task": [task.repo, task.base_commit, task.statement, task.image, task.setup, task.test_command],
+        "task": [
+            task.repo,
+            task.base_commit,
+            task.statement,
+            task.image,
+            task.setup,
+            task.test_command,
+            task.python,
+            json.dumps(task.environment, sort_keys=True),
+        ],
         "graded": sorted(patch_key(view.patch(t)) for t in graded),
         "others": sorted(
             (patch_key(view.patch(c.trajectory_id)), c.passed)

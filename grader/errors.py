@@ -80,6 +80,17 @@ class ImageBuildError(GagarError, RuntimeError):
     """An image could not be built (no engine, debootstrap failed, a Dockerfile step failed)."""
 
 
+class EnvironmentBuildError(ImageBuildError):
+    """A task's environment layer could not be built (a requirement PyPI lacks, a timeout, a full disk).
+
+    It concerns that task only: its `run` says so, the rest of the batch goes on.
+    """
+
+
+class UnknownInterpreter(GagarError, ValueError):
+    """A task asks for a Python that does not exist or that no available interpreter can stand in for."""
+
+
 class DegradeError(GagarError, ValueError):
     """A group cannot be degraded (no such clean trajectory, it does not apply) or a variant failed to."""
 
@@ -94,6 +105,7 @@ class ToolError(GagarError):
 
 __all__ = [
     "DegradeError",
+    "EnvironmentBuildError",
     "GagarError",
     "GitError",
     "GradingFailed",
@@ -105,6 +117,7 @@ __all__ = [
     "SandboxError",
     "SandboxUnavailable",
     "ToolError",
+    "UnknownInterpreter",
     "UnknownName",
     "WorkspaceError",
 ]

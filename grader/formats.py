@@ -8,6 +8,7 @@ entry and the cause, so one bad line never sinks its batch.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,10 @@ from pydantic import ValidationError
 
 from grader.errors import InputFileError
 from grader.models import DEFAULT_PASS_THRESHOLD, Group, Task, Trajectory, complete_group
+from grader.sandbox.environments import tree_setup
+from grader.sandbox.recipes import RecipeError, SpecTables, recipe_for, test_command_for
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -182,18 +187,49 @@ def _resolved_ids(path: Path) -> set[str]:
     return {key for key, value in data.items() if isinstance(value, dict) and value.get("resolved")}
 
 
+def swebench_environment(instance: dict[str, Any], tables: SpecTables | None = None) -> dict[str, Any]:
+    """The environment fields of an instance's task: interpreter, install recipe and test command.
+
+    The recipe comes from swebench's own specification tables for the instance's (repo, version); the test
+    command runs the test files its `test_patch` touches, as SWE-bench's harness does. An instance the tables
+    do not know keeps no environment (its `run` uses the default image) rather than failing the import.
+
+    Args:
+        instance: one SWE-bench instance row (`repo`, `version`, `test_patch`).
+        tables: the specification tables; None reads the pinned swebench wheel (fetched with pip once).
+
+    Returns:
+        Keyword arguments for `Task`: `python`, `environment`, `test_command`, `setup` (empty when unknown).
+    """
+    if not instance.get("version"):
+        return {}
+    try:
+        recipe = recipe_for(instance["repo"], str(instance["version"]), tables)
+    except RecipeError as exc:
+        log.warning("instance %s: no environment: %s", instance.get("instance_id"), exc)
+        return {}
+    return {
+        "python": recipe.python or None,
+        "environment": recipe.to_dict(),
+        "test_command": test_command_for(recipe, instance.get("test_patch") or "") or None,
+        "setup": tree_setup(recipe.version) if recipe.install else None,
+    }
+
+
 def import_swebench(
     instances: Path | str,
     predictions: list[Path | str],
     results: list[Path | str],
     repo_root: Path | str | None = None,
+    tables: SpecTables | None = None,
 ) -> list[Group]:
     """One group per instance, one trajectory per predictions file that has that instance.
 
     `predictions[i]` pairs with `results[i]` (the harness report whose resolved ids say what passed).
     A trajectory's id is the prediction's `model_name_or_path` (else the file's stem). The task repository is
     `repo_root/<owner>__<name>` when `repo_root` is given, else `https://github.com/<owner>/<name>`.
-    Instances no prediction covers are left out.
+    Instances no prediction covers are left out. Each task carries its environment (`swebench_environment`,
+    read from `tables`, by default the pinned swebench package's).
     """
     if len(predictions) != len(results):
         raise ValueError(f"{len(predictions)} predictions files but {len(results)} results files: pair them")
@@ -231,6 +267,7 @@ def import_swebench(
             base_commit=instance["base_commit"],
             statement=instance.get("problem_statement", ""),
             image=instance.get("image"),
+            **swebench_environment(instance, tables),
         )
         groups.append(complete_group(Group(group_id=instance_id, task=task, trajectories=trajs)))
     return groups

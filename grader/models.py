@@ -30,6 +30,12 @@ class Task(BaseModel):
     image: str | None = None
     setup: str | None = None
     test_command: str | None = None
+    python: str | None = None
+    """The interpreter the task needs ("3.9"); the nearest one offline stands in, and `run` says so."""
+    environment: dict[str, Any] | None = None
+    """The install recipe (`grader.sandbox.recipes.Recipe.to_dict`) its environment layer is built from.
+
+    Ignored when `image` is given: a task's own image already holds its environment."""
 
 
 class Trajectory(BaseModel):

@@ -143,3 +143,36 @@ def test_import_swebench(tmp_path: Path) -> None:
     assert all(t.advantage is not None for t in first.trajectories)
     with pytest.raises(ValueError, match="pair them"):
         import_swebench(instances, [p1, p2], [r1])
+
+
+def test_import_swebench_carries_the_environment(tmp_path: Path) -> None:
+    """The recipe comes from the pinned swebench wheel's tables (fetched from PyPI once, then cached)."""
+    test_patch = (
+        "diff --git a/testing/test_mark.py b/testing/test_mark.py\n--- a/testing/test_mark.py\n"
+        "+++ b/testing/test_mark.py\n@@ -1 +1,2 @@\n x\n+y\n"
+        "diff --git a/testing/data.json b/testing/data.json\n"
+    )
+    rows = [
+        {"instance_id": "p-1", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c1",
+         "test_patch": test_patch},
+        {"instance_id": "p-2", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c2",
+         "image": "local/own:1"},
+        {"instance_id": "p-3", "repo": "nobody/knows", "version": "1.0", "base_commit": "c3"},
+    ]  # fmt: skip
+    instances = tmp_path / "instances.json"
+    instances.write_text(json.dumps(rows))
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(
+        "\n".join(json.dumps({"instance_id": r["instance_id"], "model_patch": "x"}) for r in rows)
+    )
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps({"resolved_ids": ["p-1"]}))
+    first, own, unknown = (g.task for g in import_swebench(instances, [preds], [results]))
+    assert first.python == "3.9" and first.image is None
+    assert first.environment is not None and first.environment["repo"] == "pytest-dev/pytest"
+    assert first.environment["version"] == "5.4" and first.environment["install"]
+    assert first.test_command == "pytest -rA testing/test_mark.py"  # the data file is left out
+    assert first.setup is not None and "egg_info" in first.setup  # stands in for `pip install -e .`
+    assert own.image == "local/own:1" and own.test_command == "pytest -rA"
+    assert unknown.environment is None and unknown.python is None and unknown.test_command is None
+    assert unknown.setup is None

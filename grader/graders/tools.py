@@ -299,8 +299,11 @@ class Toolbox:
             results = sandbox.exec_many(list(ids.values()), command, timeout=timeout)
         except SandboxError as exc:
             raise ToolError(f"run failed: {exc}") from None
+        blocks = [f"[environment: {sandbox.environment_note}]"] if sandbox.environment_note else []
+        same = same_failure([results[tid] for tid in ids.values()])
+        if same:
+            return "\n".join([*blocks, f"== all targets ({', '.join(labels)}): {same}"])
         per_target = max(1000, self.output_chars // max(1, len(labels)))
-        blocks = []
         for label, tid in ids.items():
             r = results[tid]
             status = "TIMED OUT" if r.timed_out else f"exit {r.exit_code}"
@@ -328,6 +331,34 @@ class Toolbox:
                 self._sandbox_error = f"{type(exc).__name__}: {exc}"
                 raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
         return self._sandbox
+
+
+def same_failure(results: list[Any]) -> str:
+    """One line when every target failed the same way before the probe could mean anything, else "".
+
+    That is: the same non-zero exit and the same last error line, an import or syntax error or a missing
+    command (the tree does not import, or the environment lacks the tool), on every target.
+
+    Args:
+        results: the `ExecResult` of each target.
+
+    Returns:
+        E.g. "exit 1, ModuleNotFoundError: No module named 'numpy'" or "".
+    """
+    if len(results) < 2:
+        return ""
+    lasts = set()
+    for r in results:
+        lines = [line.strip() for line in (r.stderr or r.stdout).splitlines() if line.strip()]
+        if r.exit_code == 0 or r.timed_out or not lines:
+            return ""
+        lasts.add((r.exit_code, lines[-1]))
+    if len(lasts) != 1:
+        return ""
+    code, last = lasts.pop()
+    if not re.search(r"(ImportError|ModuleNotFoundError|SyntaxError)\b|command not found|not found$", last):
+        return ""
+    return f"exit {code}, {cap_text(last, 300)} (same on every target: the tree or environment, not a patch)"
 
 
 def injections_by_trajectory(view: GradingView) -> dict[str, list[str]]:

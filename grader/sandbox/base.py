@@ -112,6 +112,8 @@ class Sandbox(ABC):
     """
 
     backend: str = ""
+    environment_note: str = ""
+    """What the environment could not honour (e.g. the interpreter standing in); shown once with `run`."""
 
     def __init__(
         self,

@@ -155,7 +155,8 @@ class DockerSandbox(Sandbox):
 
     def _start(self) -> None:
         lim = self.limits
-        pristine_size = self._bundle_size() * 2 + 16 * 1024**2
+        # Trees and their set-up copies, with room for tmpfs rounding each small file up to a page.
+        pristine_size = self._bundle_size() * 4 + 64 * 1024**2
         try:
             container = self._client.containers.run(
                 self.image,

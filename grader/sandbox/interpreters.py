@@ -10,9 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-
-class UnknownInterpreter(ValueError):
-    """A task asks for a Python that does not exist or that no available interpreter can stand in for."""
+from grader.errors import UnknownInterpreter
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,438 @@
+"""Task environments: an image layer with a task's dependencies on top of its interpreter image.
+
+A layer is built once per (repository, environment version, interpreter) and reused by every task that names
+the same triple, so the second task of a repository starts in seconds. It holds a venv at `/opt/gagar-env`
+(first on PATH) with the environment's pip requirements, its Debian packages from the mirror, and whatever its
+install command pulls in. The repository itself is not installed editable: the sandbox's root filesystem is
+read-only and each command runs in a fresh copy of its target's tree, so the layer sets a relative
+`PYTHONPATH` (`src:.`) that makes whichever tree a command runs in the one that imports.
+
+A build runs `docker build` under a time limit with its output capped, keeps its log under
+`~/.cache/gagar/environments/logs/` (or `$XDG_CACHE_HOME/gagar/...`), and is tagged under its final name only
+when it succeeded: it is built under a temporary tag which is renamed on success and removed on failure, so
+no half-built layer ever sits under a final name. A failure (a requirement PyPI does not have, a hang, a full
+disk) raises `EnvironmentBuildError` with the reason; it concerns that task only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.errors import EnvironmentBuildError, ImageBuildError
+from grader.filelock import file_lock
+from grader.sandbox.images import HASH_LABEL, build_interpreter_image
+from grader.sandbox.interpreters import InterpreterChoice, choose_interpreter
+
+log = logging.getLogger(__name__)
+
+ENVIRONMENT_REPOSITORY = "gagar/env"
+VENV = "/opt/gagar-env"
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+DEFAULT_BUILD_TIMEOUT = 1800.0
+DEFAULT_LOG_BYTES = 4 * 1024**2
+# Proxy settings the host's pip would use: the layer's pip must go the same way to reach PyPI.
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """What goes into one environment layer."""
+
+    repository: str
+    """The repository the environment is for, e.g. "pytest-dev/pytest" (part of the cache key)."""
+    version: str
+    """The environment's version within the repository, e.g. SWE-bench's instance `version` ("5.4")."""
+    python: str | None = None
+    """The interpreter asked for ("3.9"); the nearest available one stands in (see `interpreters`)."""
+    pip_packages: tuple[str, ...] = ()
+    """pip requirements with their pins, installed into the layer's venv."""
+    system_packages: tuple[str, ...] = ()
+    """Debian packages installed from the mirror with apt-get."""
+    requirements_files: tuple[str, ...] = ()
+    """Paths in the source tree to `pip install -r`: the first one that exists is used."""
+    build_commands: tuple[str, ...] = ()
+    """Shell commands run as root in the source tree before the install (e.g. `locale-gen`)."""
+    install: str | None = None
+    """The install command run in the source tree; `pip install -e` becomes a plain install (see above)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables set in the layer."""
+
+    @property
+    def slug(self) -> str:
+        """The tag-safe name of (repository, version), e.g. "pytest-dev__pytest-5.4"."""
+        raw = f"{self.repository.replace('/', '__')}-{self.version}".lower()
+        return re.sub(r"[^a-z0-9_.-]+", "-", raw).strip(".-")[:100] or "env"
+
+
+@dataclass(frozen=True)
+class EnvironmentImage:
+    """A built (or reused) environment layer."""
+
+    tag: str
+    """The final tag, e.g. `gagar/env:pytest-dev__pytest-5.4-py3.9`."""
+    choice: InterpreterChoice
+    """The interpreter used, and whether it is the one asked for."""
+    built: bool
+    """False when an identical layer was already there."""
+    seconds: float
+    """Wall time of this call (the build, or the cache check)."""
+    size_bytes: int
+    """The image's size as the engine reports it (the layer plus its interpreter image)."""
+    log_path: Path | None = None
+    """The build log (None when nothing was built)."""
+    notes: tuple[str, ...] = field(default=())
+    """What the caller should be told: the interpreter that stands in, requirements files not found."""
+
+    @property
+    def note(self) -> str:
+        """The notes as one line ("" when there are none)."""
+        return "; ".join(self.notes)
+
+
+def environments_cache() -> Path:
+    """Where build logs and locks live: `$XDG_CACHE_HOME/gagar/environments` (default `~/.cache/...`)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gagar" / "environments"
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def environment_tag(spec: EnvironmentSpec, choice: InterpreterChoice) -> str:
+    """The final tag of `spec`'s layer on the interpreter `choice` picked."""
+    return f"{ENVIRONMENT_REPOSITORY}:{spec.slug}-py{choice.interpreter.version}"
+
+
+def build_environment(
+    spec: EnvironmentSpec,
+    source: Path | None = None,
+    *,
+    timeout: float = DEFAULT_BUILD_TIMEOUT,
+    log_bytes: int = DEFAULT_LOG_BYTES,
+    force: bool = False,
+    no_cache: bool = False,
+) -> EnvironmentImage:
+    """Build `spec`'s layer (or reuse the one already there) and tag it under `environment_tag`.
+
+    Args:
+        spec: what the layer holds.
+        source: a checkout of the repository's base tree, for requirements files and the install command;
+            None when the spec needs neither.
+        timeout: seconds the whole `docker build` may take; past it the build is stopped and fails.
+        log_bytes: at most this much of the build's output is kept in the log (the rest is counted, not kept).
+        force: rebuild even when a layer with the same content is there.
+        no_cache: do not reuse the engine's cached build steps either (a truly cold build, for benches).
+
+    Returns:
+        The layer, with the interpreter that stood in for the one asked for, if any, in its notes.
+
+    Raises:
+        UnknownInterpreter: `spec.python` is not a Python 3 release.
+        EnvironmentBuildError: the interpreter image or the layer could not be built; the message says why
+            (the missing requirement, the timeout, the full disk) and where the log is.
+    """
+    import docker
+    import docker.errors
+
+    choice = choose_interpreter(spec.python)
+    notes = [choice.note] if choice.note else []
+    if (spec.requirements_files or spec.install) and source is None:
+        raise EnvironmentBuildError(
+            f"{spec.slug}: the spec installs from the base tree but no tree was given"
+        )
+    try:
+        base = build_interpreter_image(choice.interpreter)
+    except ImageBuildError as exc:
+        raise EnvironmentBuildError(f"{spec.slug}: interpreter image: {exc}") from exc
+    client = docker.from_env()
+    base_id = client.images.get(base.tag).id
+    started = time.monotonic()
+    cache = environments_cache()
+    tag = environment_tag(spec, choice)
+    with tempfile.TemporaryDirectory(prefix="gagar-env-") as tmp:
+        context = Path(tmp)
+        requirements = _stage_context(spec, source, context)
+        if spec.requirements_files and requirements is None:
+            notes.append(
+                f"none of the requirements files {', '.join(spec.requirements_files)} is in the tree"
+            )
+        dockerfile = _dockerfile(spec, base.tag, requirements)
+        (context / "Dockerfile").write_text(dockerfile)
+        digest = _context_digest(context, base_id)
+        with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
+            if not force and _label(client, tag) == digest:
+                return EnvironmentImage(
+                    tag, choice, False, time.monotonic() - started, _size(client, tag), None, tuple(notes)
+                )
+            log_path = cache / "logs" / f"{tag.split(':', 1)[1]}.log"
+            temporary = f"{ENVIRONMENT_REPOSITORY}-partial:{spec.slug}-{secrets.token_hex(4)}"
+            try:
+                _docker_build(context, temporary, digest, log_path, timeout, log_bytes, no_cache)
+                client.images.get(temporary).tag(*tag.split(":", 1))
+            except docker.errors.DockerException as exc:
+                raise EnvironmentBuildError(f"{spec.slug}: could not tag the layer: {exc}") from exc
+            finally:
+                _remove_tag(client, temporary)
+    seconds = time.monotonic() - started
+    log.info("built %s in %.0f s (log: %s)", tag, seconds, log_path)
+    return EnvironmentImage(tag, choice, True, seconds, _size(client, tag), log_path, tuple(notes))
+
+
+def _stage_context(spec: EnvironmentSpec, source: Path | None, context: Path) -> str | None:
+    """Copy the host CA bundle and the source tree into the build context; the requirements file used."""
+    if HOST_CA_BUNDLE.exists():
+        shutil.copyfile(HOST_CA_BUNDLE, context / "host-ca.crt")
+    else:
+        (context / "host-ca.crt").write_text("")
+    src = context / "src"
+    if source is not None and (spec.install or spec.requirements_files):
+        shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+    else:
+        src.mkdir()
+    for candidate in spec.requirements_files:
+        if (src / candidate).is_file():
+            return candidate
+    return None
+
+
+def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> str:
+    pip = f"{VENV}/bin/python -m pip install --no-input --progress-bar off"
+    lines = [
+        f"FROM {base}",
+        'SHELL ["/bin/sh", "-euc"]',
+        # The host's CA bundle: PyPI is reached through a TLS-intercepting proxy on some networks.
+        "COPY host-ca.crt /usr/local/share/gagar-host-ca.crt",
+        "ENV PIP_CERT=/usr/local/share/gagar-host-ca.crt DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8",
+        "ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=120 PIP_NO_CACHE_DIR=1",
+    ]
+    if spec.system_packages:
+        packages = " ".join(shlex.quote(p) for p in spec.system_packages)
+        lines.append(
+            "RUN apt-get update && apt-get install -y --no-install-recommends "
+            f"{packages} && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
+        )
+    # setuptools-scm in the venv lets each target's setup write its version file (see `tree_setup`).
+    lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip<25' 'setuptools<70' wheel 'setuptools-scm<8'")
+    if spec.pip_packages:
+        lines.append(f"RUN {pip} {' '.join(shlex.quote(p) for p in spec.pip_packages)}")
+    lines.append("COPY src /opt/gagar-src")
+    env_path = f"ENV PATH={VENV}/bin:$PATH VIRTUAL_ENV={VENV}"
+    lines.append(env_path)
+    for command in spec.build_commands:
+        lines.append(f"RUN cd /opt/gagar-src && {command}")
+    if requirements:
+        lines.append(f"RUN cd /opt/gagar-src && {pip} -r {shlex.quote(requirements)}")
+    if spec.install:
+        # Not editable: the sandbox's filesystem is read-only and every command has its own copy of the tree.
+        install = re.sub(r"(pip install[^&;|]*?)\s(?:-e|--editable)\s", r"\1 ", f"{spec.install} ")
+        # The tree comes without .git: setuptools-scm projects (pytest, pylint) get the environment's version.
+        scm = f"SETUPTOOLS_SCM_PRETEND_VERSION={shlex.quote(_pep440(spec.version))}"
+        lines.append(f"RUN cd /opt/gagar-src && {scm} {install.strip()}")
+    lines.append("RUN rm -rf /opt/gagar-src")
+    for name, value in spec.env:
+        lines.append(f"ENV {name}={shlex.quote(value)}")
+    # The tree a command runs in imports before anything the install left in site-packages.
+    lines.append("ENV PYTHONPATH=src:.")
+    return "\n".join(lines) + "\n"
+
+
+def _context_digest(context: Path, base_id: str) -> str:
+    digest = hashlib.sha256(base_id.encode())
+    for path in sorted(p for p in context.rglob("*") if p.is_file() or p.is_symlink()):
+        digest.update(str(path.relative_to(context)).encode() + b"\0")
+        digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _docker_build(
+    context: Path, tag: str, digest: str, log_path: Path, timeout: float, log_bytes: int, no_cache: bool
+) -> None:
+    """`docker build` under `timeout`, its output capped into `log_path`. Raises `EnvironmentBuildError`."""
+    argv = ["docker", "build", "--network=host", "--label", f"{HASH_LABEL}={digest}", "-t", tag]
+    argv += ["--no-cache"] if no_cache else []
+    for name in _PROXY_VARS:
+        if os.environ.get(name):
+            argv += ["--build-arg", f"{name}={os.environ[name]}"]
+    argv.append(str(context))
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+    started = time.monotonic()
+    tail: list[str] = []
+    written = dropped = 0
+    with open(log_path, "w", encoding="utf-8", errors="replace") as out:
+        out.write(f"$ {shlex.join(argv)}\n")
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env
+        )
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                tail = (tail + [line])[-60:]
+                if written + len(line) <= log_bytes:
+                    out.write(line)
+                    written += len(line)
+                else:
+                    dropped += len(line)
+            proc.wait()
+        finally:
+            timer.cancel()
+        if dropped:
+            out.write(f"\n[gagar: {dropped} more bytes of output not kept]\n")
+    timed_out = time.monotonic() - started >= timeout and proc.returncode != 0
+    if proc.returncode == 0:
+        return
+    text = "".join(tail)
+    raise EnvironmentBuildError(
+        f"{tag.split(':', 1)[1]}: {_reason(text, timed_out, timeout)} (log: {log_path})"
+    )
+
+
+def _reason(text: str, timed_out: bool, timeout: float) -> str:
+    """One line saying why a build failed, from the tail of its output."""
+    if timed_out:
+        return f"the build took longer than {timeout:g} s and was stopped"
+    patterns = (
+        (
+            r"No matching distribution found for (\S+)",
+            "requirement {} is not on PyPI for this Python",
+        ),
+        (r"Could not find a version that satisfies the requirement (\S+)", "no version of {} fits"),
+        (r"Unable to locate package (\S+)", "Debian package {} is not on the mirror"),
+        (r"(No space left on device)", "the disk is full ({})"),
+    )
+    for pattern, message in patterns:
+        m = re.search(pattern, text)
+        if m:
+            return message.format(m.group(1))
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() if line.strip()]
+    # A Python exception says more than the step's exit code that follows it.
+    raised = [line for line in lines if re.match(r"[A-Z]\w*(Error|Exception): ", line)]
+    step = [line for line in lines if "returned a non-zero code" in line]
+    errors = [line for line in lines if re.search(r"error", line, re.I)]
+    picked = (raised or step or errors or lines or ["docker build failed without output"])[-1][:400]
+    return f"{picked} [{step[-1][:200]}]" if raised and step else picked
+
+
+def _pep440(version: str) -> str:
+    """A version setuptools-scm accepts from an environment version such as "5.4" or "0.12"."""
+    return version if re.fullmatch(r"\d+(\.\d+)+", version) else "0.0"
+
+
+def _label(client: object, tag: str) -> str | None:
+    import docker.errors
+
+    try:
+        image = client.images.get(tag)  # type: ignore[attr-defined]
+    except docker.errors.ImageNotFound:
+        return None
+    return (image.labels or {}).get(HASH_LABEL)
+
+
+def _size(client: object, tag: str) -> int:
+    return int(client.images.get(tag).attrs.get("Size") or 0)  # type: ignore[attr-defined]
+
+
+def _remove_tag(client: object, tag: str) -> None:
+    """Drop a temporary tag (the image stays if the final tag points at it too)."""
+    import docker.errors
+
+    try:
+        client.images.remove(tag, noprune=False)  # type: ignore[attr-defined]
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.DockerException as exc:
+        log.warning("could not remove the temporary tag %s: %s", tag, exc)
+
+
+__all__ = [
+    "EnvironmentImage",
+    "EnvironmentSpec",
+    "build_environment",
+    "environment_for",
+    "environment_tag",
+    "environments_cache",
+    "spec_for_task",
+    "tree_setup",
+]
+
+
+def tree_setup(version: str) -> str:
+    """The `setup` that makes a target's tree importable in place of SWE-bench's `pip install -e .`.
+
+    The venv is read-only in the sandbox, so nothing is installed: `setup.py egg_info` writes what an
+    editable install would leave in the tree (setuptools-scm's version file, the egg-info with its entry
+    points), and a tree without setup.py needs nothing.
+
+    Args:
+        version: the environment's version, given to setuptools-scm (the tree has no .git history).
+
+    Returns:
+        A shell command to run in the tree.
+    """
+    scm = f"SETUPTOOLS_SCM_PRETEND_VERSION={shlex.quote(_pep440(version))}"
+    return f"if [ -f setup.py ]; then {scm} python setup.py -q egg_info >/dev/null; fi"
+
+
+def spec_for_task(repository: str, python: str | None, recipe: dict[str, Any] | None) -> EnvironmentSpec:
+    """The layer a task needs: its recipe (a `Recipe.to_dict`) on its interpreter, or the bare interpreter.
+
+    Args:
+        repository: the task's repository (its URL or path; only the last two path parts name the layer).
+        python: the task's `python`, which wins over the recipe's.
+        recipe: the task's `environment`, or None.
+
+    Returns:
+        The spec; a task with no recipe gets an empty layer keyed by its interpreter.
+    """
+    recipe = recipe or {}
+    name = recipe.get("repo") or "/".join(repository.rstrip("/").removesuffix(".git").split("/")[-2:])
+    return EnvironmentSpec(
+        repository=str(name),
+        version=str(recipe.get("version") or "none"),
+        python=python or recipe.get("python") or None,
+        pip_packages=tuple(recipe.get("pip_packages") or ()),
+        system_packages=tuple(recipe.get("system_packages") or ()),
+        requirements_files=tuple(recipe.get("requirements_files") or ()),
+        build_commands=tuple(recipe.get("build_commands") or ()),
+        install=recipe.get("install") or None,
+        env=tuple(sorted((recipe.get("env") or {}).items())),
+    )
+
+
+def environment_for(trees: Any, spec: EnvironmentSpec, **options: Any) -> EnvironmentImage:
+    """Build (or reuse) `spec`'s layer with the "base" tree of `trees` (a `TreeSource`) as its source.
+
+    Args:
+        trees: where the base tree comes from (`archive("base")`, a tar).
+        spec: the layer.
+        **options: passed to `build_environment` (timeout, log_bytes, force).
+
+    Returns:
+        The layer.
+
+    Raises:
+        UnknownInterpreter, EnvironmentBuildError: as `build_environment`.
+    """
+    if not (spec.install or spec.requirements_files):
+        return build_environment(spec, None, **options)
+    with tempfile.TemporaryDirectory(prefix="gagar-env-src-") as tmp:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(trees.archive("base"))) as archive:
+                archive.extractall(tmp, filter="data")
+        except (tarfile.TarError, OSError, KeyError) as exc:
+            raise EnvironmentBuildError(f"{spec.slug}: could not unpack the base tree: {exc}") from exc
+        return build_environment(spec, Path(tmp), **options)
