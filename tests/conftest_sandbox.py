@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from grader.gitcmd import safe_env
 
 BASE_FILES = {
@@ -86,3 +88,14 @@ def spawn_grader(tmp_path: Path, backend: str) -> tuple[subprocess.Popen[str], s
     handle = proc.stdout.readline().strip()
     assert handle, "the child grader did not start"
     return proc, handle
+
+
+def docker_marks() -> list[pytest.MarkDecorator]:
+    """The marks of a module of Docker tests: `docker`, and a skip naming the cause when no engine answers."""
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means: no engine to test against
+        return [pytest.mark.docker, pytest.mark.skip(reason=f"no Docker engine reachable: {exc}")]
+    return [pytest.mark.docker]

@@ -13,24 +13,9 @@ import pytest
 from grader.errors import EnvironmentBuildError, UnknownInterpreter
 from grader.sandbox import open_sandbox
 from grader.sandbox.environments import ENVIRONMENT_REPOSITORY, EnvironmentSpec, build_environment
-from tests.conftest_sandbox import make_repo
+from tests.conftest_sandbox import docker_marks, make_repo
 
-pytestmark = pytest.mark.docker
-
-
-def _engine_reason() -> str | None:
-    try:
-        import docker
-
-        docker.from_env().ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means: no engine to test against
-        return f"no Docker engine reachable: {exc}"
-    return None
-
-
-_REASON = _engine_reason()
-if _REASON:
-    pytestmark = [pytest.mark.docker, pytest.mark.skip(reason=_REASON)]
+pytestmark = docker_marks()
 
 SMALL = EnvironmentSpec(
     repository="gagar-tests/small",

@@ -11,30 +11,16 @@ from pathlib import Path
 import pytest
 
 from grader.sandbox import Limits, SandboxError, open_sandbox
-from tests.conftest_sandbox import make_repo, spawn_grader
+from tests.conftest_sandbox import docker_marks, make_repo, spawn_grader
 from tests.sandbox_contract import (  # noqa: F401 - collected here, on this module's fixtures
     test_endless_loop_stops_at_the_timeout,
     test_huge_output_is_cut_and_reported,
 )
 
-pytestmark = pytest.mark.docker
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _engine_reason() -> str | None:
-    try:
-        import docker
-
-        docker.from_env().ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means: no engine to test against
-        return f"no Docker engine reachable: {exc}"
-    return None
-
-
-_REASON = _engine_reason()
-if _REASON:
-    pytestmark = [pytest.mark.docker, pytest.mark.skip(reason=_REASON)]
+pytestmark = docker_marks()
 
 
 @pytest.fixture(scope="session")
