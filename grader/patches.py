@@ -250,6 +250,42 @@ def changes(parsed: PatchSet, normalize_whitespace: bool = False) -> list[FileCh
     return sorted(result, key=lambda change: change.path)
 
 
+def foreign_lines(patch: PatchSet, branch: PatchSet) -> str | None:
+    """The first line git's resulting tree has that neither the base nor the patch holds, if any.
+
+    A plain `git apply` is authoritative about where hunks land; what can still go wrong is a line the patch
+    never wrote, such as two lines joined at a missing final newline. Line counts and positions are not
+    compared: git's diff of the resulting tree may pair an identical deleted and re-added line differently
+    from the patch (a blank line moved, whitespace-only lines), and that is the same tree.
+
+    Args:
+        patch: The patch as applied.
+        branch: The diff of the resulting tree against the base.
+
+    Returns:
+        A sentence naming the file and the foreign line, or None when every added line is accounted for.
+    """
+    known: dict[str, set[str]] = {}
+    for patched_file in patch:
+        lines = known.setdefault(file_path(patched_file), set())
+        for hunk in patched_file:
+            lines.update(line.value.rstrip("\n") for line in hunk)
+    patch_paths = sorted(known)
+    branch_paths = sorted(file_path(f) for f in branch)
+    if patch_paths != branch_paths:
+        return f"files {patch_paths} in the patch, {branch_paths} on the branch"
+    for patched_file in branch:
+        path = file_path(patched_file)
+        # The branch diff's own context and removed lines are base lines: a realigned diff may re-add them.
+        base_lines = {line.value.rstrip("\n") for hunk in patched_file for line in hunk if not line.is_added}
+        for hunk in patched_file:
+            for line in hunk:
+                text = line.value.rstrip("\n")
+                if line.is_added and text not in known[path] and text not in base_lines:
+                    return f"{path}: the branch has a line the patch never wrote: {text[:80]!r}"
+    return None
+
+
 def equivalence_key(parsed: PatchSet) -> str:
     """A digest equal for patches that make the same edits up to whitespace."""
     digest = hashlib.sha256()

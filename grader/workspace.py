@@ -225,16 +225,17 @@ class Workspace:
         plain = self._branch_diffs([c.commit or "" for c in changed], ["--no-renames"])
         moved = self._branch_diffs([c.commit or "" for c in renaming], ["-M"]) if renaming else {}
         for c in changed:
-            loose = c.apply_method != "plain"
-            expected = patches.changes(c.parsed or PatchSet(""), normalize_whitespace=loose)
             plain_diff = patches.parse(plain.get(c.commit or "", ""))
             own_form = patches.parse(moved[c.commit or ""]) if c.commit in moved else plain_diff
-            actual = patches.changes(own_form, normalize_whitespace=loose)
-            if expected != actual:
-                c.error = (
-                    f"branch diff differs from the patch as applied ({c.apply_method}): "
-                    + _first_difference(expected, actual)
-                )
+            if c.apply_method == "plain":
+                # git placed every hunk exactly: its tree is authoritative, only a foreign line can be wrong.
+                problem = patches.foreign_lines(c.parsed or PatchSet(""), own_form)
+            else:
+                expected = patches.changes(c.parsed or PatchSet(""), normalize_whitespace=True)
+                actual = patches.changes(own_form, normalize_whitespace=True)
+                problem = None if expected == actual else _first_difference(expected, actual)
+            if problem is not None:
+                c.error = f"branch diff differs from the patch as applied ({c.apply_method}): {problem}"
                 c.commit = None
                 continue
             c.equivalence_key = patches.equivalence_key(plain_diff) + self._binary_ids(c, plain_diff)
