@@ -30,16 +30,8 @@ def group_key(view: GradingView, grader: Grader) -> str:
     task: Task = view.task
     graded = set(view.gradable())
     content = {
-        "task": [
-            task.repo,
-            task.base_commit,
-            task.statement,
-            task.image,
-            task.setup,
-            task.test_command,
-            task.python,
-            json.dumps(task.environment, sort_keys=True),
-        ],
+        # Every field of the task, so a field added to Task cannot be left out of the key.
+        "task": task.model_dump(mode="json"),
         "graded": sorted(patch_key(view.patch(t)) for t in graded),
         "others": sorted(
             (patch_key(view.patch(c.trajectory_id)), c.passed)

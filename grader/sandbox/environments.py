@@ -35,7 +35,7 @@ from typing import Any
 
 from grader.errors import EnvironmentBuildError, ImageBuildError
 from grader.filelock import file_lock
-from grader.sandbox.images import HASH_LABEL, build_interpreter_image
+from grader.sandbox.images import HASH_LABEL, build_interpreter_image, image_hash
 from grader.sandbox.interpreters import InterpreterChoice, choose_interpreter
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def build_environment(
         (context / "Dockerfile").write_text(dockerfile)
         digest = _context_digest(context, base_id)
         with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
-            if not force and _label(client, tag) == digest:
+            if not force and image_hash(client, tag) == digest:
                 return EnvironmentImage(
                     tag, choice, False, time.monotonic() - started, _size(client, tag), None, tuple(notes)
                 )
@@ -330,16 +330,6 @@ def _reason(text: str, timed_out: bool, timeout: float) -> str:
 def _pep440(version: str) -> str:
     """A version setuptools-scm accepts from an environment version such as "5.4" or "0.12"."""
     return version if re.fullmatch(r"\d+(\.\d+)+", version) else "0.0"
-
-
-def _label(client: object, tag: str) -> str | None:
-    import docker.errors
-
-    try:
-        image = client.images.get(tag)  # type: ignore[attr-defined]
-    except docker.errors.ImageNotFound:
-        return None
-    return (image.labels or {}).get(HASH_LABEL)
 
 
 def _size(client: object, tag: str) -> int:

@@ -182,7 +182,8 @@ def _pull(client: object, ref: str) -> bool:
         return False
 
 
-def _image_hash(client: object, tag: str) -> str | None:
+def image_hash(client: object, tag: str) -> str | None:
+    """The content hash (`HASH_LABEL`) an image gagar built carries, or None when there is no such image."""
     import docker.errors
 
     try:
@@ -200,7 +201,7 @@ def _debootstrap_bases(
         include = PYTHON_PACKAGES if kind == "python" else ()
         tag = _offline_tag(kind, suite)
         digest = hashlib.sha256(repr(("minbase", suite, mirror, include)).encode()).hexdigest()[:16]
-        if not force and _image_hash(client, tag) == digest:
+        if not force and image_hash(client, tag) == digest:
             log.info("%s is up to date", tag)
             continue
         jobs[kind] = (tag, digest, include)
@@ -293,7 +294,7 @@ def _build_one(client: object, spec: _Spec, base: str, *, offline: bool, force: 
     dockerfile = (context / "Dockerfile").read_bytes()
     base_id = client.images.get(base).id  # type: ignore[attr-defined]
     digest = hashlib.sha256(dockerfile + b"\0" + base_id.encode()).hexdigest()[:16]
-    if not force and _image_hash(client, tag) == digest:
+    if not force and image_hash(client, tag) == digest:
         return BuiltImage(tag, digest, built=False, seconds=time.monotonic() - started)
     try:
         client.images.build(  # type: ignore[attr-defined]
@@ -344,7 +345,7 @@ def build_interpreter_image(
     ).hexdigest()[:16]
     started = time.monotonic()
     with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
-        if not force and _image_hash(client, tag) == digest:
+        if not force and image_hash(client, tag) == digest:
             return BuiltImage(tag, digest, built=False, seconds=time.monotonic() - started)
         _ensure_debootstrap()
         _debootstrap_import(
