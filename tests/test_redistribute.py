@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from grader.redistribute import (
     DEFAULT_FLOOR,
     DEFAULT_SCHEME,
+    PRESERVE_MODES,
     WEIGHT_SCHEMES,
     Redistribution,
     is_mixed_group,
@@ -62,6 +63,16 @@ class GradedGroup:
     weights: np.ndarray
     lengths: np.ndarray
     rank_position: dict[int, int]  # trajectory index -> index of its tie group (passing ones only)
+
+    def redistributed(self, preserve: str) -> Redistribution:
+        """The group redistributed under `preserve`."""
+        return redistribute_group(
+            self.advantages,
+            self.passed,
+            self.weights,
+            self.lengths,
+            preserve,  # type: ignore[arg-type]
+        )
 
 
 @st.composite
@@ -322,20 +333,17 @@ def test_sequence_mode_preserves_passing_and_total_sums(group: GradedGroup) -> N
     assert abs(result.advantages.sum() - group.advantages.sum()) <= total_tolerance
 
 
-@given(group=graded_groups(), preserve=st.sampled_from(["sequence", "token", "none"]))
+@given(group=graded_groups(), preserve=st.sampled_from(PRESERVE_MODES))
 @PROPERTY_SETTINGS
 def test_failing_advantages_are_bit_identical(group: GradedGroup, preserve: str) -> None:
-    result = redistribute_group(group.advantages, group.passed, group.weights, group.lengths, preserve)
     failing = ~group.passed
-    assert result.advantages[failing].tobytes() == group.advantages[failing].tobytes()
+    assert group.redistributed(preserve).advantages[failing].tobytes() == group.advantages[failing].tobytes()
 
 
-@given(group=graded_groups(), preserve=st.sampled_from(["sequence", "token", "none"]))
+@given(group=graded_groups(), preserve=st.sampled_from(PRESERVE_MODES))
 @PROPERTY_SETTINGS
 def test_better_rank_never_gets_less_and_ties_get_the_same(group: GradedGroup, preserve: str) -> None:
-    new = redistribute_group(
-        group.advantages, group.passed, group.weights, group.lengths, preserve
-    ).advantages
+    new = group.redistributed(preserve).advantages
     for i, rank_i in group.rank_position.items():
         for j, rank_j in group.rank_position.items():
             if rank_i < rank_j:
@@ -344,12 +352,10 @@ def test_better_rank_never_gets_less_and_ties_get_the_same(group: GradedGroup, p
                 assert new[i] == new[j]
 
 
-@given(group=graded_groups(), preserve=st.sampled_from(["sequence", "token", "none"]))
+@given(group=graded_groups(), preserve=st.sampled_from(PRESERVE_MODES))
 @PROPERTY_SETTINGS
 def test_every_passing_advantage_stays_above_every_failing_one(group: GradedGroup, preserve: str) -> None:
-    new = redistribute_group(
-        group.advantages, group.passed, group.weights, group.lengths, preserve
-    ).advantages
+    new = group.redistributed(preserve).advantages
     assert new[group.passed].min() > new[~group.passed].max()
 
 
@@ -364,13 +370,13 @@ def test_uniform_weights_give_the_identity(group: GradedGroup, weight: float, pr
     np.testing.assert_array_equal(result.advantages, group.advantages)
 
 
-@given(group=graded_groups(), data=st.data(), preserve=st.sampled_from(["sequence", "token", "none"]))
+@given(group=graded_groups(), data=st.data(), preserve=st.sampled_from(PRESERVE_MODES))
 @PROPERTY_SETTINGS
 def test_permuting_the_inputs_permutes_the_output(
     group: GradedGroup, data: st.DataObject, preserve: str
 ) -> None:
     permutation = np.array(data.draw(st.permutations(range(group.advantages.size))))
-    original = redistribute_group(group.advantages, group.passed, group.weights, group.lengths, preserve)
+    original = group.redistributed(preserve)
     permuted = redistribute_group(
         group.advantages[permutation],
         group.passed[permutation],
@@ -387,7 +393,7 @@ def test_permuting_the_inputs_permutes_the_output(
 @given(group=graded_groups())
 @PROPERTY_SETTINGS
 def test_token_mode_preserves_length_weighted_passing_sum(group: GradedGroup) -> None:
-    result = redistribute_group(group.advantages, group.passed, group.weights, group.lengths, "token")
+    result = group.redistributed("token")
     passing = group.passed
     assert_relatively_close(
         (result.advantages[passing] * group.lengths[passing]).sum(),
@@ -633,7 +639,7 @@ def test_batch_token_mode_equals_per_group_with_mask_lengths(
     width=st.integers(1, 24),
     seed=st.integers(0, 2**32 - 1),
     dtype=st.sampled_from([np.float32, np.float64]),
-    preserve=st.sampled_from(["sequence", "token", "none"]),
+    preserve=st.sampled_from(PRESERVE_MODES),
 )
 @PROPERTY_SETTINGS
 def test_token_level_input_matches_sequence_level_broadcast_over_mask(
