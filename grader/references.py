@@ -222,8 +222,15 @@ def check_order(group_id: str, preferences: Sequence[Preference]) -> None:
                 f"{where}: contradictory pair: {p.worse} > {p.better} and {p.better} > {p.worse}"
             )
         seen.add(p.pair)
-    cycle = _find_cycle([p.pair for p in preferences])
+    pairs = [p.pair for p in preferences]
+    cycle = _find_cycle(pairs)
     if cycle:
+        # Name the cycle from the pair listed last: the one whose addition closed it.
+        edges = list(zip(cycle, cycle[1:], strict=False))
+        last = max(range(len(edges)), key=lambda i: pairs.index(edges[i]))
+        nodes = cycle[:-1]
+        start = (last + 1) % len(nodes)
+        cycle = [*nodes[start:], *nodes[:start], nodes[start]]
         closing = f"{cycle[-2]} > {cycle[-1]}"
         raise InvalidReference(
             f"{where}: cyclic preferences {' > '.join(cycle)} (the pair {closing} closes it)"

@@ -36,9 +36,12 @@ class ProbeResult:
     @property
     def holds(self) -> bool:
         """Ran on both sides, passed on the better patch and failed on the worse one."""
-        if self.better is None or self.worse is None or not (started(self.better) and started(self.worse)):
-            return False
-        return self.better.exit_code == 0 and self.worse.exit_code != 0
+        sides = (self.better, self.worse)
+        if any(side is None or not started(side) or side.timed_out for side in sides):
+            return (
+                False  # the harness failed, or a side ran out of time: that tells the pair apart by nothing
+            )
+        return self.better.exit_code == 0 and self.worse.exit_code != 0  # type: ignore[union-attr]
 
     def summary(self) -> str:
         """One line: the pair and each side's exit status.
@@ -51,7 +54,15 @@ class ProbeResult:
         sides = []
         for name, result in (("better", self.better), ("worse", self.worse)):
             assert result is not None
-            verdict = "pass" if result.exit_code == 0 else "fail" if started(result) else "did not start"
+            verdict = (
+                "did not start"
+                if not started(result)
+                else "timed out"
+                if result.timed_out
+                else "pass"
+                if result.exit_code == 0
+                else "fail"
+            )
             sides.append(f"{name} {verdict} (exit {result.exit_code})")
         return "; ".join(sides)
 
