@@ -39,6 +39,10 @@ OUT = HERE / "benchmark-tiny"
 sys.path.insert(0, str(HERE))
 import make_example  # noqa: E402 - the example's own generator, beside this file
 
+# The gagar commits that last changed examples/inventory_group.json and examples/degraded/groups.jsonl: the
+# patches' provenance. Written down rather than asked of git, so a shallow clone regenerates the same files.
+EXAMPLE_COMMIT = "c9b8177ea8b4140de3be2dca471f532e1d762664"
+DEGRADED_COMMIT = "e1fd0aa82bc08a6ea179d84aa030eb4d3eafb940"
 BUNDLE = "bundles/inventory.bundle"
 REPO_FROM_GROUPS = f"../{BUNDLE}"
 PAIRS_KEPT = ("clean", "clean-respaced", "leftover-script", "edits-tests", "reformats-report", "wrong-value")
@@ -135,16 +139,15 @@ def heuristic_rankings(group: Group, k: int) -> list[list[list[str]]]:
     return [grade_group_sync(permuted(group, i), HeuristicGrader(), options).ranking for i in range(k)]
 
 
-def main() -> None:
+def main(out: Path = OUT) -> None:
+    """Write the benchmark folder (replacing what is there).
+
+    Args:
+        out: the folder; examples/benchmark-tiny by default.
+    """
     (original,) = load_groups([HERE / "inventory_group.json"])
     (degraded,) = load_groups([HERE / "degraded" / "groups.jsonl"])
     assert isinstance(original, Group) and isinstance(degraded, Group)
-    main_commit = git(
-        "log", "-1", "--format=%H", "--", "examples/inventory_group.json", cwd=HERE.parent
-    ).strip()
-    degraded_commit = git(
-        "log", "-1", "--format=%H", "--", "examples/degraded/groups.jsonl", cwd=HERE.parent
-    ).strip()
 
     def bare(t, **metadata):  # advantages are recomputed on load
         return t.model_copy(update={"advantage": None, "metadata": metadata or dict(t.metadata)})
@@ -188,15 +191,15 @@ def main() -> None:
         consensus_reference("inv-consensus", heuristic_rankings(original, 5), 0.8),
     ]
 
-    if OUT.exists():
-        shutil.rmtree(OUT)
+    if out.exists():
+        shutil.rmtree(out)
     for folder in ("groups", "bundles", "probes"):
-        (OUT / folder).mkdir(parents=True)
-    shutil.copyfile(HERE / "inventory.bundle", OUT / BUNDLE)
-    with open(OUT / "groups" / "inventory.jsonl", "w", encoding="utf-8") as handle:
+        (out / folder).mkdir(parents=True)
+    shutil.copyfile(HERE / "inventory.bundle", out / BUNDLE)
+    with open(out / "groups" / "inventory.jsonl", "w", encoding="utf-8") as handle:
         for group in groups:
             handle.write(group.model_dump_json(exclude_none=True) + "\n")
-    with open(OUT / "references.jsonl", "w", encoding="utf-8") as handle:
+    with open(out / "references.jsonl", "w", encoding="utf-8") as handle:
         for reference in references:
             if reference.kind == "pairwise":
                 for pref in reference.preferences:
@@ -204,17 +207,17 @@ def main() -> None:
             else:
                 handle.write(json.dumps({"group_id": reference.group_id, **reference.to_dict()}) + "\n")
     _write_json(
-        OUT / "split.json",
+        out / "split.json",
         {
             "dev": ["inventory/ranking", "inventory/consensus"],
             "test": ["inventory/pairs", "inventory/degrade"],
         },
     )
     base = original.task.base_commit
-    assert git("bundle", "list-heads", str(OUT / BUNDLE)).split()[0] == base
+    assert git("bundle", "list-heads", str(out / BUNDLE)).split()[0] == base
     with tempfile.TemporaryDirectory() as tmp:
         git("init", "--quiet", "--bare", tmp)
-        git("-C", tmp, "fetch", "--quiet", str(OUT / BUNDLE), "+refs/*:refs/*")
+        git("-C", tmp, "fetch", "--quiet", str(out / BUNDLE), "+refs/*:refs/*")
         tree_hash = git("-C", tmp, "rev-parse", f"{base}^{{tree}}").strip()
     patches: dict[str, dict[str, dict[str, str]]] = {}
     for reference in references:
@@ -230,18 +233,18 @@ def main() -> None:
             elif "degradation" in trajectory.metadata or tid in VARIANTS_KEPT:
                 record = {
                     "repository": "gagar",
-                    "commit": degraded_commit,
+                    "commit": DEGRADED_COMMIT,
                     "path": "examples/degraded/groups.jsonl",
                 }
             else:
                 record = {
                     "repository": "gagar",
-                    "commit": main_commit,
+                    "commit": EXAMPLE_COMMIT,
                     "path": "examples/inventory_group.json",
                 }
             patches.setdefault(reference.group_id, {})[tid] = record
     _write_json(
-        OUT / "provenance.json",
+        out / "provenance.json",
         {
             "bundles": {
                 BUNDLE: {
@@ -256,7 +259,7 @@ def main() -> None:
             "labellers": LABELLERS,
         },
     )
-    with open(OUT / "labels.jsonl", "w", encoding="utf-8") as handle:
+    with open(out / "labels.jsonl", "w", encoding="utf-8") as handle:
         for a, b, first, second, category, reason in LABELLED_PAIRS:
             for labeller, verdict in (("author", first), ("reviewer", second)):
                 record = {"group_id": "inv-pairs", "a": a, "b": b, "labeller": labeller, "verdict": verdict}
@@ -265,7 +268,7 @@ def main() -> None:
                 handle.write(json.dumps(record) + "\n")
     probes = []
     for better, worse, _, _, script in PROBED_PAIRS:
-        (OUT / script).write_text(PROBE_SCRIPTS[script], encoding="utf-8")
+        (out / script).write_text(PROBE_SCRIPTS[script], encoding="utf-8")
         probes.append(
             {
                 "group_id": "inv-pairs",
@@ -275,9 +278,9 @@ def main() -> None:
                 "command": "PYTHONPATH=$PWD python {probe}",
             }
         )
-    _write_json(OUT / "probes.json", probes)
+    _write_json(out / "probes.json", probes)
     _write_json(
-        OUT / "benchmark.json",
+        out / "benchmark.json",
         {
             "name": "inventory-tiny",
             "format": 1,
@@ -301,7 +304,7 @@ def main() -> None:
             ],
         },
     )
-    print(f"wrote {OUT}")
+    print(f"wrote {out}")
 
 
 def _pairwise_preferences() -> Iterator[Preference]:

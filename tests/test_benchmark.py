@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -237,3 +238,20 @@ def test_the_bootstrap_resamples_groups() -> None:
     assert metrics.bootstrap_interval([(0.0, 0)]) is None
     with pytest.raises(ValueError):
         metrics.bootstrap_interval(units, resamples=0)
+
+
+def test_the_tiny_benchmark_is_what_its_generator_makes(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "make_benchmark", REPO_ROOT / "examples" / "make_benchmark.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(tmp_path / "made")
+    committed = sorted(p.relative_to(TINY) for p in TINY.rglob("*") if p.is_file())
+    assert (
+        sorted(p.relative_to(tmp_path / "made") for p in (tmp_path / "made").rglob("*") if p.is_file())
+        == committed
+    )
+    for path in committed:
+        assert (tmp_path / "made" / path).read_bytes() == (TINY / path).read_bytes(), path
