@@ -83,35 +83,8 @@ LABELLED_PAIRS = [
     ("clean", "clean-respaced", "a", "tie", "hygiene", "A double space and a trailing space in the guard."),
     ("leftover-script", "reformats-report", "a", "b", "hygiene", "A stray file against a restyled one."),
 ]
-PROBE_SCRIPTS = {
-    "probes/average_of_nothing_is_float.py": '''\
-"""Probe: average_price([]) is the float 0.0 its docstring promises (exit 0), else exit 1."""
-
-import sys
-
-from inventory.stock import average_price
-
-value = average_price([])
-print(f"average_price([]) = {value!r} ({type(value).__name__})")
-sys.exit(0 if isinstance(value, float) and value == 0.0 else 1)
-''',
-    "probes/average_prints_nothing.py": '''\
-"""Probe: average_price writes nothing to stdout or stderr (exit 0), else 1."""
-
-import contextlib
-import io
-import sys
-
-from inventory.stock import Item, average_price
-
-captured = io.StringIO()
-with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
-    average_price([Item("bolt", 0.5, 10)])
-    average_price([])
-print(f"average_price wrote {captured.getvalue()!r}")
-sys.exit(1 if captured.getvalue() else 0)
-''',
-}
+# The probes are hand-written and live in the benchmark folder; regenerating keeps them as they are.
+PROBES = OUT / "probes"
 LABELLERS = {
     "author": "The example's author: the notes examples/make_example.py gives each trajectory.",
     "reviewer": "A second, separate pass by a gagar developer session reading each pair's diff; not an "
@@ -191,6 +164,7 @@ def main(out: Path = OUT) -> None:
         consensus_reference("inv-consensus", heuristic_rankings(original, 5), 0.8),
     ]
 
+    scripts = {f"probes/{p.name}": p.read_bytes() for p in sorted(PROBES.glob("*.py"))}
     if out.exists():
         shutil.rmtree(out)
     for folder in ("groups", "bundles", "probes"):
@@ -268,7 +242,7 @@ def main(out: Path = OUT) -> None:
                 handle.write(json.dumps(record) + "\n")
     probes = []
     for better, worse, _, _, script in PROBED_PAIRS:
-        (out / script).write_text(PROBE_SCRIPTS[script], encoding="utf-8")
+        (out / script).write_bytes(scripts[script])
         probes.append(
             {
                 "group_id": "inv-pairs",

@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 from grader.errors import InputFileError, InvalidRanking, InvalidReference
 from grader.models import Group
-from grader.ranking import check_ranking
+from grader.ranking import check_ranking, positions
 
 Category = Literal["correctness", "behaviour", "scope", "design", "tests", "hygiene"]
 CATEGORIES: tuple[str, ...] = get_args(Category)
@@ -395,12 +395,7 @@ def credit(ranking: Ranking, pairs: Iterable[tuple[str, str]]) -> tuple[float, i
     Raises:
         ValueError: the ranking lists an id twice.
     """
-    rank: dict[str, int] = {}
-    for index, tier in enumerate(ranking):
-        for tid in tier:
-            if tid in rank:
-                raise ValueError(f"id {tid!r} appears more than once in the ranking")
-            rank[tid] = index
+    rank = positions(ranking)
     total, scored = 0.0, 0
     for better, worse in pairs:
         if better not in rank or worse not in rank:

@@ -12,20 +12,10 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from grader.ranking import positions
 from grader.references import credit
 
 Ranking = Sequence[Sequence[str]]
-
-
-def positions(ranking: Ranking) -> dict[str, int]:
-    """Tie-group index of each id (0 = best). Raises ValueError for an id listed twice."""
-    rank: dict[str, int] = {}
-    for index, tier in enumerate(ranking):
-        for tid in tier:
-            if tid in rank:
-                raise ValueError(f"id {tid!r} appears more than once in the ranking")
-            rank[tid] = index
-    return rank
 
 
 def scored_pairs(reference: Ranking, among: set[str] | None = None) -> list[tuple[str, str]]:
