@@ -28,7 +28,7 @@ from grader.graders import get_grader
 from grader.graders.base import Grader
 from grader.models import Group
 from grader.pipeline import write_results
-from grader.references import Reference, load_references
+from grader.references import Reference, load_references, write_references
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:
@@ -291,6 +291,33 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
     return 0 if holds else 1
 
 
+def cmd_reference_consensus(args: argparse.Namespace) -> int:
+    """`gagar reference consensus`: grade each group K times under other label orders, keep agreed pairs."""
+    console = Console()
+    items = load_groups(check_inputs(args.inputs), pass_threshold=args.pass_threshold)
+    ids = [item.group_id for item in items if isinstance(item, Group)]
+    twice = sorted({gid for gid in ids if ids.count(gid) > 1})
+    if twice:
+        raise InputFileError(f"group ids appear more than once in the inputs: {', '.join(twice)}")
+    grading = grading_from_args(args)
+    groups = harness.consistency(items, grader_factory(args, grading), args.k, grading.options)
+    references = harness.consensus_references(groups, args.threshold)
+    write_references(references, args.out)
+    for g in groups:
+        kept = len(references[g.group_id].preferences) if g.group_id in references else 0
+        failed = f", {len(g.failures)} failed" if g.failures else ""
+        console.print(
+            f"{g.group_id}: {len(g.rankings)}/{g.k} gradings{failed}, "
+            f"agreement {_fmt(g.agreement, signed=True)}, {kept} pairs agreed by at least {args.threshold:g}",
+            highlight=False,
+        )
+    for item in items:
+        if isinstance(item, LoadError):
+            console.print(f"[yellow]{item}[/]", highlight=False)
+    console.print(f"-> {args.out}", highlight=False)
+    return 0 if len(references) == len(groups) and all(isinstance(i, Group) for i in items) else 1
+
+
 def cmd_degrade(args: argparse.Namespace) -> int:
     console = Console()
     degradations = degrading.degrade_file(args.group_file, args.clean, args.kinds)
@@ -369,6 +396,24 @@ def register(subparsers: Any) -> None:
     check.add_argument("--no-probes", action="store_true", help="validate and count only")
     check.add_argument("--out", type=Path, help="also write check.json there")
     check.set_defaults(func=cmd_bench_check)
+
+    reference = subparsers.add_parser("reference", help="make references (see docs/benchmark.md)")
+    reference_commands = reference.add_subparsers(dest="reference_command", required=True)
+    consensus = reference_commands.add_parser(
+        "consensus",
+        help="grade each group K times under fresh label orders; keep the pairs enough gradings agree on",
+    )
+    consensus.add_argument("inputs", nargs="+", type=Path, help="group files")
+    consensus.add_argument("--k", type=int, default=5, help="gradings per group (seed + i, reordered)")
+    consensus.add_argument(
+        "--threshold",
+        type=float,
+        default=0.8,
+        help="least share of the K gradings that must agree, in (0.5, 1]",
+    )
+    consensus.add_argument("--out", required=True, type=Path, help="the reference file to write (JSON)")
+    add_grading_arguments(consensus)
+    consensus.set_defaults(func=cmd_reference_consensus)
 
     degrade = subparsers.add_parser(
         "degrade", help="make passing-but-worse variants of a clean trajectory, with their reference order"

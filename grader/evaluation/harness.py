@@ -22,7 +22,7 @@ from grader.graders.base import Grader
 from grader.models import Group, GroupResult
 from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
 from grader.ranking import InvalidRanking, check_ranking
-from grader.references import Reference, agreement, reference_from_ranking
+from grader.references import Reference, agreement, consensus_reference, reference_from_ranking
 
 GraderFactory = Callable[[int], Grader]
 AnyReference = metrics.Ranking | Reference
@@ -411,4 +411,25 @@ def consistency_summary(groups: Sequence[GroupConsistency]) -> dict[str, Any]:
             }
             for g in groups
         },
+    }
+
+
+def consensus_references(groups: Sequence[GroupConsistency], threshold: float) -> dict[str, Reference]:
+    """Consensus references from K gradings per group (`consistency`): the pairs at least `threshold` of the
+    K gradings order the same way; a grading that failed counts as not agreeing.
+
+    Args:
+        groups: what `consistency` returned (each group graded K times under other label orders).
+        threshold: the least share of the K gradings that must agree, in (0.5, 1].
+
+    Returns:
+        Group id -> `consensus` reference; groups with no successful grading are left out.
+
+    Raises:
+        InvalidReference: a threshold outside (0.5, 1], or agreed pairs that form a cycle (named).
+    """
+    return {
+        g.group_id: consensus_reference(g.group_id, g.rankings, threshold, k=g.k)
+        for g in groups
+        if g.rankings
     }
