@@ -96,6 +96,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "split": args.split or "all",
             "label_agreement": {"pairs": agreement.pairs, "agreed": agreement.agreed, "rate": agreement.rate},
         }
+        example = bench.manifest.get("example")
+        console.print(
+            f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups; double labels "
+            f"agreed on {agreement.agreed}/{agreement.pairs} pairs"
+            + (" (a format example: its figures say nothing about real code)" if example else ""),
+            highlight=False,
+        )
     console.print(score_table(evaluation))
     console.print(coverage_line(report["overall"]), highlight=False)
     categories = evaluation.by_category(resamples=args.bootstrap)
