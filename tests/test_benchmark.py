@@ -187,9 +187,10 @@ def test_eval_bench_scores_a_split_per_category_with_intervals(tmp_path: Path) -
     assert set(categories) == {"correctness", "behaviour", "hygiene", "tests", "scope", "design"}
     # The heuristic sees no difference between returning 0 and 0.0: it ties the correctness pair.
     assert categories["correctness"]["pairwise_accuracy"] == 0.5 and categories["correctness"]["groups"] == 1
-    for figures in categories.values():
-        low, high = figures["interval"]
-        assert low <= figures["pairwise_accuracy"] <= high
+    assert categories["correctness"]["interval"] is None  # one group: no interval
+    for name in ("behaviour", "hygiene", "tests", "scope", "design"):
+        low, high = categories[name]["interval"]
+        assert categories[name]["groups"] == 2 and low <= categories[name]["pairwise_accuracy"] <= high
     assert report["consistency"]["k"] == 2 and set(report["consistency"]["groups"]) == set(report["groups"])
 
 
@@ -234,8 +235,8 @@ def test_the_bootstrap_resamples_groups() -> None:
     low, high = metrics.bootstrap_interval(units, resamples=500, seed=1)
     assert 0.25 <= low < 0.6 < high <= 1.0  # pooled 6/10 inside, bounded by the groups' own rates
     assert metrics.bootstrap_interval(units, resamples=500, seed=1) == (low, high)  # seeded: reproducible
-    assert metrics.bootstrap_interval([(1.0, 2)], resamples=50) == (0.5, 0.5)
-    assert metrics.bootstrap_interval([(0.0, 0)]) is None
+    assert metrics.bootstrap_interval([(1.0, 2)], resamples=50) is None  # one group: nothing to resample
+    assert metrics.bootstrap_interval([(1.0, 2), (0.0, 0)]) is None
     with pytest.raises(ValueError):
         metrics.bootstrap_interval(units, resamples=0)
 

@@ -142,6 +142,8 @@ def coverage_line(overall: dict[str, Any]) -> str:
         line += (
             f"; pairwise {_fmt(overall['pairwise_accuracy'])}, bootstrap 95% {_interval(overall['interval'])}"
         )
+    elif overall["graded"] < 2:
+        line += "; one group graded: no interval"
     return line
 
 
