@@ -104,14 +104,17 @@ def test_every_broken_rule_is_listed_in_one_error(tiny: Path) -> None:
     )
     edit_json(tiny / "provenance.json", lambda p: p["patches"]["inv-ranking"].pop("edits-tests"))
     edit_json(tiny / "benchmark.json", lambda m: m["sources"][0].pop("licence"))
+    edit_json(tiny / "probes.json", lambda probes: probes[1].update(command="python {script}"))
     with pytest.raises(BenchmarkError) as caught:
         load_benchmark(tiny)
     message = str(caught.value)
     assert "benchmark.json: source 0 needs a repository and a licence" in message
     assert "split.json: instance 'inventory/consensus' is in no split" in message
+    assert "probes.json[1]: command 'python {script}': only {probe} may be in braces" in message
     # The other checks run once the files read: fix what stops them and look again.
     edit_json(tiny / "benchmark.json", lambda m: m["sources"][0].update(licence="Apache-2.0"))
     edit_json(tiny / "split.json", lambda split: split["dev"].append("inventory/consensus"))
+    edit_json(tiny / "probes.json", lambda probes: probes[1].update(command="python {probe}"))
     with pytest.raises(BenchmarkError) as caught:
         load_benchmark(tiny)
     message = str(caught.value)

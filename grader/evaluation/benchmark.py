@@ -412,6 +412,11 @@ def _load_probes(root: Path, problems: list[str]) -> list[Probe]:
             problems.append(f"{where}: script {item['script']!r} is not a file inside the benchmark")
             continue
         command = str(item.get("command", "python {probe}"))
+        try:
+            command.format(probe="probe.py")
+        except (KeyError, IndexError, ValueError) as exc:
+            problems.append(f"{where}: command {command!r}: only {{probe}} may be in braces ({exc!r})")
+            continue
         probes.append(Probe(item["group_id"], item["better"], item["worse"], script, command))
     return probes
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from grader.errors import GagarError
 from grader.evaluation.benchmark import Benchmark, Probe
-from grader.sandbox.base import ExecResult, Limits
+from grader.sandbox.base import ExecResult, Limits, Sandbox
 from grader.sandbox.environments import open_task_sandbox
 from grader.workspace import open_workspace
 
@@ -130,7 +130,7 @@ def run_probes(
     return [results[p] for p in wanted]
 
 
-def _run_one(probe: Probe, sandbox, targets: set[str]) -> ProbeResult:  # type: ignore[no-untyped-def]
+def _run_one(probe: Probe, sandbox: Sandbox, targets: set[str]) -> ProbeResult:
     missing = [tid for tid in probe.pair if tid not in targets]
     if missing:
         return ProbeResult(
