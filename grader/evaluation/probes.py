@@ -4,7 +4,7 @@ A probe is a script committed with the benchmark that tells a correctness or beh
 running: it must pass (exit 0) on the better patch's tree and fail on the worse one's. `run_probes` runs
 every probe of a benchmark that way, in the same sandbox a grader's `run` tool would use (the task's image
 or environment layer, its setup), so a probe result says what the grader could have found out. The script
-travels in the command's environment and is written under /tmp inside the sandbox: the trees stay pristine.
+travels in the command's environment and is written to a private temporary folder: the trees stay pristine.
 """
 
 from __future__ import annotations
