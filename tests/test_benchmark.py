@@ -37,6 +37,13 @@ def edit_json(path: Path, change) -> None:  # type: ignore[no-untyped-def]
     path.write_text(json.dumps(data))
 
 
+def problems(root: Path) -> str:
+    """What load_benchmark says is wrong with a folder."""
+    with pytest.raises(BenchmarkError) as caught:
+        load_benchmark(root)
+    return str(caught.value)
+
+
 def test_the_tiny_benchmark_loads_with_every_kind_of_reference() -> None:
     bench = load_benchmark(TINY)
     assert bench.name == "inventory-tiny" and bench.manifest["example"] is True
@@ -98,26 +105,37 @@ def test_every_broken_rule_is_listed_in_one_error(tiny: Path) -> None:
         "reason": "r",
     }
     append_line(references, {"group_id": "inv-pairs", **disagreed})
-    edit_json(tiny / "split.json", lambda split: split["dev"].remove("inventory/consensus"))
     edit_json(
         tiny / "provenance.json", lambda p: p["bundles"]["bundles/inventory.bundle"].update(tree="0" * 40)
     )
     edit_json(tiny / "provenance.json", lambda p: p["patches"]["inv-ranking"].pop("edits-tests"))
-    edit_json(tiny / "benchmark.json", lambda m: m["sources"][0].pop("licence"))
-    edit_json(tiny / "probes.json", lambda probes: probes[1].update(command="python {script}"))
-    with pytest.raises(BenchmarkError) as caught:
-        load_benchmark(tiny)
-    message = str(caught.value)
+    # Files that do not read stop the checks across files: (file, spoil, mend).
+    unreadable = [
+        (
+            "benchmark.json",
+            lambda m: m["sources"][0].pop("licence"),
+            lambda m: m["sources"][0].update(licence="A"),
+        ),
+        (
+            "split.json",
+            lambda s: s["dev"].remove("inventory/consensus"),
+            lambda s: s["dev"].append("inventory/consensus"),
+        ),
+        (
+            "probes.json",
+            lambda p: p[1].update(command="python {script}"),
+            lambda p: p[1].update(command="python {probe}"),
+        ),
+    ]
+    for name, spoil, _ in unreadable:
+        edit_json(tiny / name, spoil)
+    message = problems(tiny)
     assert "benchmark.json: source 0 needs a repository and a licence" in message
     assert "split.json: instance 'inventory/consensus' is in no split" in message
     assert "probes.json[1]: command 'python {script}': only {probe} may be in braces" in message
-    # The other checks run once the files read: fix what stops them and look again.
-    edit_json(tiny / "benchmark.json", lambda m: m["sources"][0].update(licence="Apache-2.0"))
-    edit_json(tiny / "split.json", lambda split: split["dev"].append("inventory/consensus"))
-    edit_json(tiny / "probes.json", lambda probes: probes[1].update(command="python {probe}"))
-    with pytest.raises(BenchmarkError) as caught:
-        load_benchmark(tiny)
-    message = str(caught.value)
+    for name, _, mend in unreadable:
+        edit_json(tiny / name, mend)
+    message = problems(tiny)
     assert "'wrong-value' is not a passing trajectory of the group" in message
     assert "behaviour pair reformats-report > wrong-value: no probe" in message
     assert "pair leftover-script > reformats-report: the two labels differ" in message
