@@ -18,6 +18,7 @@ from grader.references import load_references
 from tests.conftest import EXAMPLE_GROUP, REPO_ROOT
 
 TINY = REPO_ROOT / "examples" / "benchmark-tiny"
+BUNDLE = "bundles/inventory.bundle"
 
 
 @pytest.fixture
@@ -277,3 +278,28 @@ def test_the_tiny_benchmark_is_what_its_generator_makes(tmp_path: Path) -> None:
     )
     for path in committed:
         assert (tmp_path / "made" / path).read_bytes() == (TINY / path).read_bytes(), path
+
+
+def test_bench_bundle_cuts_history_and_keeps_the_upstream_tree(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    upstream = tmp_path / "upstream"
+    subprocess.run(["git", "clone", "-q", "--branch", "main", str(TINY / BUNDLE), str(upstream)], check=True)
+    (upstream / "CHANGES").write_text("a second commit: history the bundle must not carry\n")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run(["git", "-C", str(upstream), "add", "CHANGES"], check=True)
+    subprocess.run(["git", *ident, "-C", str(upstream), "commit", "-qm", "changes"], check=True)
+    head = subprocess.run(["git", "-C", str(upstream), "rev-parse", "HEAD"], capture_output=True, text=True)
+    out = tmp_path / "b" / "x.bundle"
+    args = ["bench", "bundle", str(upstream), "HEAD", "--repository", "example/inventory", "--out", str(out)]
+    assert cli.main(args) == 0
+    record = json.loads(capsys.readouterr().out)[str(out)]
+    assert record["commit"] == head.stdout.strip() and record["repository"] == "example/inventory"
+    assert cli.main([*args[:-1], str(tmp_path / "again.bundle")]) == 0  # the same upstream: the same commit
+    assert json.loads(capsys.readouterr().out)[str(tmp_path / "again.bundle")] == record
+    # In place of the tiny benchmark's bundle it passes the bundle check (one root commit, the tree).
+    shutil.copyfile(out, tiny / BUNDLE)
+    edit_json(tiny / "provenance.json", lambda p: p["bundles"][BUNDLE].update(tree=record["tree"]))
+    message = problems(tiny)
+    assert "must hold a single root commit" not in message and "is not the upstream tree" not in message
+    assert f"the bundle's commit is {record['base_commit']}" in message  # the groups still name the old one
