@@ -1,0 +1,100 @@
+"""Keeping benchmark groups out of training data, so a distilled grader is never measured on what it learnt.
+
+A benchmark is a folder holding a `manifest.json` (issue 14's packaging); its groups are every group in the
+JSON and JSONL files under it. A group offered for distillation is refused when its id, or its task (base
+commit and statement, whatever the repository is called or where it lives), appears in any benchmark given
+or found under `benchmarks/`. Deliberately coarse: a task the benchmark asks about is off limits whichever
+candidates a training group holds for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.formats import load_groups
+from grader.models import Group
+
+MANIFEST = "manifest.json"
+
+
+def task_hash(group: Group) -> str:
+    """What identifies a group's task across copies: its base commit and its statement.
+
+    Args:
+        group: the group.
+
+    Returns:
+        16 hex digits.
+    """
+    text = f"{group.task.base_commit}\n{group.task.statement.strip()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Benchmarks:
+    """The group ids and task hashes of every benchmark found, each with the benchmark's folder."""
+
+    folders: list[Path] = field(default_factory=list)
+    group_ids: dict[str, Path] = field(default_factory=dict)
+    tasks: dict[str, Path] = field(default_factory=dict)
+
+    def refusal(self, group: Group) -> str | None:
+        """Why `group` may not be training input, or None when it may.
+
+        Args:
+            group: a group offered for distillation.
+
+        Returns:
+            A sentence naming the benchmark, or None.
+        """
+        if group.group_id in self.group_ids:
+            return f"group id is in the benchmark {self.group_ids[group.group_id]}"
+        found = self.tasks.get(task_hash(group))
+        if found is not None:
+            return f"its task (base commit and statement) is in the benchmark {found}"
+        return None
+
+
+def benchmark_folders(given: list[Path], search: list[Path]) -> list[Path]:
+    """The benchmark folders: those given, and every folder with a manifest under the search roots.
+
+    Args:
+        given: folders named on the command line (each must hold a manifest).
+        search: roots to look under (missing ones are skipped).
+
+    Returns:
+        The folders, each once, sorted.
+
+    Raises:
+        FileNotFoundError: a folder given holds no manifest.json.
+    """
+    folders = set()
+    for folder in given:
+        if not (folder / MANIFEST).is_file():
+            raise FileNotFoundError(f"{folder}: not a benchmark (no {MANIFEST})")
+        folders.add(folder.resolve())
+    for root in search:
+        if root.is_dir():
+            folders.update(manifest.parent.resolve() for manifest in root.rglob(MANIFEST))
+    return sorted(folders)
+
+
+def load_benchmarks(folders: list[Path]) -> Benchmarks:
+    """Index the groups of the benchmark folders.
+
+    Args:
+        folders: benchmark folders (see `benchmark_folders`).
+
+    Returns:
+        Their group ids and task hashes. Files that hold no groups (references, the manifest) add nothing.
+    """
+    found = Benchmarks(folders=list(folders))
+    for folder in folders:
+        files = sorted(p for p in folder.rglob("*") if p.suffix in (".json", ".jsonl") and p.name != MANIFEST)
+        for item in load_groups(files):
+            if isinstance(item, Group):
+                found.group_ids.setdefault(item.group_id, folder)
+                found.tasks.setdefault(task_hash(item), folder)
+    return found
