@@ -37,6 +37,11 @@ class InvalidRanking(GagarError, ValueError):
     """A ranking that does not rank exactly the expected candidates once each; the message says how."""
 
 
+class InvalidReference(GagarError, ValueError):
+    """A reference that cannot be scored against: malformed, or its preferences contradict each other or
+    form a cycle. The message names the file, the group and the pair."""
+
+
 class GradingFailed(GagarError, RuntimeError):
     """A grader could not produce a ranking; the group passes through unchanged with this reason.
 
@@ -117,6 +122,7 @@ __all__ = [
     "ImageBuildError",
     "InputFileError",
     "InvalidRanking",
+    "InvalidReference",
     "NotApplicable",
     "PatchError",
     "SandboxError",
