@@ -80,7 +80,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("inputs", nargs="+", type=Path, help="group files (JSON object, JSON array or JSONL)")
     parser.add_argument(
-        "--reference", required=True, type=Path, help="reference file: group id -> ranking (best first)"
+        "--reference",
+        required=True,
+        type=Path,
+        help="reference file of any kind: pairwise, ranking, degrade output, consensus",
     )
     parser.add_argument(
         "--out",

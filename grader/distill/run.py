@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.concurrency import Concurrency, default_resources
-from grader.distill import scoring, sft
+from grader.distill import sft
 from grader.distill.augment import AugmentationRefused, relabel
 from grader.distill.benchmarks import Benchmarks, task_hash
 from grader.errors import DistillError, GradingFailed, InvalidRanking, WorkspaceError
@@ -37,6 +37,7 @@ from grader.graders.llm import LLMGrader
 from grader.graders.tools import offered_tools, tool_schemas
 from grader.models import Group
 from grader.ranking import validate_ranking
+from grader.references import Reference, agreement, load_references
 from grader.transcript import read_transcript
 from grader.workspace import Workspace, open_workspace, ref_name
 
@@ -77,7 +78,7 @@ class Plan:
     """What a run will do: the groups it distils and why the others are left out."""
 
     groups: list[Group]
-    references: dict[str, scoring.Reference]
+    references: dict[str, Reference]
     left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> status, reason
     pending: list[tuple[Group, int]] = field(default_factory=list)  # (group, sample) not yet recorded
 
@@ -140,7 +141,7 @@ def record_path(out: Path, group_id: str, sample: int) -> Path:
 
 def plan(
     inputs: list[Path],
-    references: dict[str, scoring.Reference],
+    references: dict[str, Reference],
     benchmarks: Benchmarks,
     out: Path,
     samples: int,
@@ -224,8 +225,30 @@ class _Workspaces:
                     context.__exit__(None, None, None)
 
 
-def _strip_timings(event: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in event.items() if key not in TIMING_KEYS}
+def reproducible_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A transcript's events without what a rerun changes: timings left out, and the tool-call ids (which
+    servers draw at random) renumbered call_1, call_2, ... in order of appearance.
+
+    Args:
+        events: the transcript's events.
+
+    Returns:
+        New events.
+    """
+    ids: dict[str, str] = {}
+
+    def renumber(value: str) -> str:
+        return ids.setdefault(value, f"call_{len(ids) + 1}")
+
+    cleaned = []
+    for event in events:
+        event = {key: value for key, value in event.items() if key not in TIMING_KEYS}
+        if "call_id" in event:
+            event["call_id"] = renumber(event["call_id"])
+        if event.get("tool_calls"):
+            event["tool_calls"] = [{**call, "id": renumber(call["id"])} for call in event["tool_calls"]]
+        cleaned.append(event)
+    return cleaned
 
 
 def _category(reason: str) -> str:
@@ -238,7 +261,7 @@ def grade_sample(
     workspace: Workspace,
     teacher: dict[str, Any],
     secret: str,
-    reference: scoring.Reference,
+    reference: Reference,
     min_agreement: float,
     scratch: Path,
 ) -> dict[str, Any]:
@@ -256,11 +279,12 @@ def grade_sample(
 
     Returns:
         The record: status kept or dropped, the category (kept, agreement, budget, failure), the reason,
-        credit, pairs, agreement, ranking, usage, labels, and the transcript's events without timings.
+        credit, pairs, agreement, ranking, usage, labels (label -> ids), the labels in the order shown,
+        contrast labels, the conversation (when kept) and the transcript's events without timings.
     """
     grader = LLMGrader(**teacher, seed=sample, secret=secret, transcript_dir=scratch, tool_mode="native")
     record: dict[str, Any] = {"group_id": group.group_id, "sample": sample}
-    view = workspace.view
+    view = workspace.view()
     try:
         grade = grader.grade(view)
         ranking = validate_ranking(grade.ranking, view.gradable())
@@ -273,18 +297,19 @@ def grade_sample(
     except Exception as exc:  # a surprise in the teacher's grading costs this sample only
         details, usage, transcript, ranking = {}, {}, None, []
         failure = f"{type(exc).__name__}: {exc}"
-    events = [_strip_timings(e) for e in read_transcript(transcript)] if transcript else []
+    events = reproducible_events(read_transcript(transcript)) if transcript else []
     record.update(
         seed=details.get("seed"),
         labels=details.get("labels", {}),
-        contrast=details.get("contrast", {}),
+        shown=details.get("shown", []),
+        contrast=sorted(details.get("contrast", {}).items()),
         usage=usage,
         ranking=ranking,
     )
     if failure is not None:
         record.update(status="dropped", category=_category(failure), reason=failure, events=events)
         return record
-    credit, pairs = scoring.agreement(ranking, reference)
+    credit, pairs = agreement(ranking, reference)
     value = credit / pairs if pairs else None
     record.update(credit=credit, pairs=pairs, agreement=value, events=events)
     try:
@@ -370,11 +395,11 @@ def run_pending(
 def _example_rows(record: dict[str, Any], tools: list[dict[str, Any]], augment: int, secret: str):
     """(copy, row) for a kept record: the transcript itself (copy 0), then its relabelled copies."""
     yield 0, sft.example(record["messages"], tools)
-    contrast = list(record.get("contrast") or {})
+    contrast = [label for label, _ in record.get("contrast") or []]
     for copy in range(1, augment + 1):
         rng = random.Random(f"{secret}:{record['group_id']}:{record['sample']}:{copy}")
         try:
-            messages, _ = relabel(record["messages"], list(record["labels"]), contrast, rng)
+            messages, _ = relabel(record["messages"], record["shown"], contrast, rng)
         except AugmentationRefused:
             return
         yield copy, sft.example(messages, tools)
@@ -559,7 +584,8 @@ def distill(
 
     Args:
         inputs: group files.
-        reference: the reference file (group id -> ranking).
+        reference: the reference file, any kind `grader.references.load_references` reads (pairwise,
+            ranking, degrade, consensus).
         teacher: the LLM grader's options (`LLMConfig` fields: model, base_url, budgets, sandbox, ...).
         out: the output folder.
         config: samples, threshold, augmentation, split, formats, workers.
@@ -573,12 +599,12 @@ def distill(
 
     Raises:
         DistillError: the output folder cannot be written, or holds a run with other settings.
-        InputFileError, InvalidRanking: the reference file cannot be read.
+        InputFileError, InvalidReference: the reference file cannot be read or is not a valid reference.
     """
     config = config or DistillConfig()
     benchmarks = benchmarks or Benchmarks()
     secret = prepare_out(out)
-    references = scoring.load_references(reference)
+    references = load_references(reference)
     header, tools = run_header(teacher, config, reference, benchmarks)
     with _run_lock(out):
         check_resume(out, header)
