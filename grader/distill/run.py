@@ -185,15 +185,18 @@ def plan(
             }
         else:
             chosen.groups.append(item)
-    for group in chosen.groups:
-        for sample in range(samples):
+    for sample in range(
+        samples
+    ):  # sample-major: the workers spread over groups (one grading per group at once)
+        for group in chosen.groups:
             if not record_path(out, group.group_id, sample).exists():
                 chosen.pending.append((group, sample))
     return chosen
 
 
 class _Workspaces:
-    """One workspace per group, opened on first use and closed when its last pending sample is done."""
+    """One workspace per group, opened on first use and closed when its last pending sample is done. A
+    workspace's git object reader serves one grading at a time, so its group's lock is held while grading."""
 
     def __init__(self, pending: list[tuple[Group, int]], resources: Concurrency) -> None:
         self._left: dict[str, int] = {}
@@ -201,6 +204,7 @@ class _Workspaces:
             self._left[group.group_id] = self._left.get(group.group_id, 0) + 1
         self._open: dict[str, tuple[Any, Workspace | WorkspaceError]] = {}
         self._locks = {gid: threading.Lock() for gid in self._left}
+        self.grading = {gid: threading.Lock() for gid in self._left}
         self._resources = resources
 
     def get(self, group: Group) -> Workspace:
@@ -281,6 +285,8 @@ def grade_sample(
         The record: status kept or dropped, the category (kept, agreement, budget, failure), the reason,
         credit, pairs, agreement, ranking, usage, labels (label -> ids), the labels in the order shown,
         contrast labels, the conversation (when kept) and the transcript's events without timings.
+        Whatever the teacher does (fails, times out, submits nonsense) ends in a record; an exception out of
+        here is a bug in gagar: the run stops without recording the sample, so a rerun grades it again.
     """
     grader = LLMGrader(**teacher, seed=sample, secret=secret, transcript_dir=scratch, tool_mode="native")
     record: dict[str, Any] = {"group_id": group.group_id, "sample": sample}
@@ -294,9 +300,6 @@ def grade_sample(
         details = dict(getattr(exc, "details", {}) or {})
         usage = dict(getattr(exc, "usage", {}) or {})
         transcript, ranking, failure = getattr(exc, "transcript", None), [], str(exc)
-    except Exception as exc:  # a surprise in the teacher's grading costs this sample only
-        details, usage, transcript, ranking = {}, {}, None, []
-        failure = f"{type(exc).__name__}: {exc}"
     events = reproducible_events(read_transcript(transcript)) if transcript else []
     record.update(
         seed=details.get("seed"),
@@ -366,16 +369,17 @@ def run_pending(
             workspaces.done(group)
             return  # the group fails as a whole; nothing recorded, so a later run tries again
         try:
-            record = grade_sample(
-                group,
-                sample,
-                workspace,
-                teacher,
-                secret,
-                work.references[group.group_id],
-                config.min_agreement,
-                scratch,
-            )
+            with workspaces.grading[group.group_id]:
+                record = grade_sample(
+                    group,
+                    sample,
+                    workspace,
+                    teacher,
+                    secret,
+                    work.references[group.group_id],
+                    config.min_agreement,
+                    scratch,
+                )
             path = record_path(out, group.group_id, sample)
             path.parent.mkdir(parents=True, exist_ok=True)
             _write_atomic(path, json.dumps(record, sort_keys=True) + "\n")
