@@ -1,4 +1,4 @@
-"""`gagar distill` against a scripted teacher (real HTTP): right on some samples, wrong or broken on others."""
+"""`gagar distill` against a scripted teacher: right on some samples, wrong or broken on others."""
 
 from __future__ import annotations
 
@@ -181,10 +181,10 @@ def test_benchmark_groups_are_refused(tmp_path: Path) -> None:
         out = tmp_path / "out"
         out.mkdir()
         (out / "secret").write_text(SECRET)
+        options = {"model": "scripted", "base_url": server.url, "sandbox": None, "budgets": BUDGETS}
         manifest = distill(
-            [inputs], reference, {"model": "scripted", "base_url": server.url, "sandbox": None, "budgets": BUDGETS},
-            out, DistillConfig(samples=1), load_benchmarks([bench]),
-        )  # fmt: skip
+            [inputs], reference, options, out, DistillConfig(samples=1), load_benchmarks([bench])
+        )
     assert manifest["groups"]["add-2"]["status"] == "refused"
     assert (
         "is in the benchmark" in manifest["groups"]["add-2"]["reason"]

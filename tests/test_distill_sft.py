@@ -34,6 +34,7 @@ def reviewer(request: dict[str, Any], n: int) -> Reply:
         ("search", {"target": "base", "pattern": "def add"}),
         ("run", {"command": "python -c 'import pkg.core as c; print(c.add(2, 3))'"}),
         ("run", {"command": "cat notes.txt | head -1", "targets": [labels[1], labels[0]]}),
+        ("run", {"command": "head -2 pkg/core.py; ls"}),
     ]
     return read_every_diff_then_rank(
         request, reads, lambda label, i, count: f"{label} ranks {i + 1} of {count}: smaller diff", 0.9
@@ -107,7 +108,7 @@ def test_rendered_examples_show_each_tool_call_and_result_once_intact(distilled)
             same = sum(c == call for c in calls)
             assert rendered.count(text) == same, text
         results = [m["content"] for m in messages if m["role"] == "tool"]
-        assert len(results) == 1 + 3 + 4  # list, three diffs, read, search, two runs
+        assert len(results) == 1 + 3 + 5  # list, three diffs, read, search, three runs
         for content in results:
             assert rendered.count(f"<tool_response>\n{content}\n</tool_response>") == results.count(content)
         assert messages[0]["role"] == "system" and messages[0]["content"] in rendered
@@ -171,7 +172,7 @@ def test_relabelled_transcript_replays_against_the_workspace(distilled) -> None:
             members = {relabelling.mapping[old]: ids for old, ids in record["labels"].items()}
             candidates = Candidates(order=relabelling.order, members=members, seed=record["seed"])
             compared = replay(messages, candidates, view, record["seed"], "add-1")
-            assert len(compared) == 2 + 8
+            assert len(compared) == 2 + 9
             for expected, got in compared:
                 assert RUN_TIMING.sub(r"\1", expected) == RUN_TIMING.sub(r"\1", got)
             text = json.dumps(messages)
