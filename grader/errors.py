@@ -105,8 +105,8 @@ class NotApplicable(GagarError, ValueError):
 
 
 class DistillError(GagarError, ValueError):
-    """A distillation run that cannot start: an output folder that cannot be written, a resume whose
-    settings differ from the run it continues, no group to distil. Raised before any teacher call."""
+    """A distillation run that cannot start: an output folder that cannot be written, another run writing
+    there, a resume whose settings differ from the run it continues. Raised before any teacher call."""
 
 
 class ToolError(GagarError):

@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 from grader.errors import InputFileError, InvalidRanking, InvalidReference
 from grader.models import Group
-from grader.ranking import check_ranking
+from grader.ranking import check_ranking, positions
 
 Category = Literal["correctness", "behaviour", "scope", "design", "tests", "hygiene"]
 CATEGORIES: tuple[str, ...] = get_args(Category)
@@ -222,8 +222,15 @@ def check_order(group_id: str, preferences: Sequence[Preference]) -> None:
                 f"{where}: contradictory pair: {p.worse} > {p.better} and {p.better} > {p.worse}"
             )
         seen.add(p.pair)
-    cycle = _find_cycle([p.pair for p in preferences])
+    pairs = [p.pair for p in preferences]
+    cycle = _find_cycle(pairs)
     if cycle:
+        # Name the cycle from the pair listed last: the one whose addition closed it.
+        edges = list(zip(cycle, cycle[1:], strict=False))
+        last = max(range(len(edges)), key=lambda i: pairs.index(edges[i]))
+        nodes = cycle[:-1]
+        start = (last + 1) % len(nodes)
+        cycle = [*nodes[start:], *nodes[:start], nodes[start]]
         closing = f"{cycle[-2]} > {cycle[-1]}"
         raise InvalidReference(
             f"{where}: cyclic preferences {' > '.join(cycle)} (the pair {closing} closes it)"
@@ -328,25 +335,29 @@ def reference_from_degrade(group: Group, equivalent: Iterable[str] = ()) -> Refe
     return Reference(group.group_id, "degrade", tuple(preferences), ranking=tiers)
 
 
-def consensus_reference(group_id: str, rankings: Sequence[Ranking], threshold: float) -> Reference:
+def consensus_reference(
+    group_id: str, rankings: Sequence[Ranking], threshold: float, k: int | None = None
+) -> Reference:
     """The pairs K gradings agree on: a before b in at least `threshold` of them.
 
-    The share is over all K rankings: a grading that ties the pair, or did not rank one of its ids, does
-    not agree. Pairs kept both ways are impossible above 0.5; a cycle is possible below (K-1)/K for K ids
+    The share is over all K gradings: a grading that ties the pair, did not rank one of its ids, or failed
+    (pass `k` above the number of rankings) does not agree. Pairs kept both ways are impossible above 0.5;
+    a cycle is possible below (K-1)/K for K ids
     (three gradings a>b>c, b>c>a, c>a>b agree 2/3 on a cycle) and is refused, never silently broken.
 
     Args:
         group_id: the group.
         rankings: the K rankings (tie groups, best first), each under a fresh label permutation.
         threshold: the least share of rankings that must agree, in (0.5, 1].
+        k: how many gradings were asked for, when some failed and left no ranking; default len(rankings).
 
     Returns:
         A `consensus` reference (no ranking: a partial order), each pair's reason giving its share;
         details hold k and threshold.
 
     Raises:
-        InvalidReference: no rankings, a threshold outside (0.5, 1], a malformed ranking, or agreed pairs
-            that form a cycle (named).
+        InvalidReference: no rankings, a threshold outside (0.5, 1], k below the number of rankings, a
+            malformed ranking, or agreed pairs that form a cycle (named).
     """
     if not rankings:
         raise InvalidReference(f"group {group_id!r}: a consensus needs at least one ranking")
@@ -360,7 +371,10 @@ def consensus_reference(group_id: str, rankings: Sequence[Ranking], threshold: f
             raise InvalidReference(f"group {group_id!r}: ranking {i}: {exc}") from exc
         orders.append({tid: index for index, tier in enumerate(ranking) for tid in tier})
     ids = list(dict.fromkeys(tid for ranking in rankings for tier in ranking for tid in tier))
-    k = len(rankings)
+    if k is None:
+        k = len(rankings)
+    elif k < len(rankings):
+        raise InvalidReference(f"group {group_id!r}: k={k} is below the {len(rankings)} rankings given")
     preferences = []
     for a, b in itertools.combinations(ids, 2):
         ahead = sum(1 for o in orders if a in o and b in o and o[a] < o[b])
@@ -388,12 +402,7 @@ def credit(ranking: Ranking, pairs: Iterable[tuple[str, str]]) -> tuple[float, i
     Raises:
         ValueError: the ranking lists an id twice.
     """
-    rank: dict[str, int] = {}
-    for index, tier in enumerate(ranking):
-        for tid in tier:
-            if tid in rank:
-                raise ValueError(f"id {tid!r} appears more than once in the ranking")
-            rank[tid] = index
+    rank = positions(ranking)
     total, scored = 0.0, 0
     for better, worse in pairs:
         if better not in rank or worse not in rank:

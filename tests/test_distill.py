@@ -173,10 +173,10 @@ def test_unknown_trajectories_fail_that_group_only(tmp_path: Path) -> None:
 def test_benchmark_groups_are_refused(tmp_path: Path) -> None:
     inputs, reference, groups = write_inputs(tmp_path)
     bench = tmp_path / "benchmarks" / "mini"
-    bench.mkdir(parents=True)
-    (bench / "manifest.json").write_text("{}")
+    (bench / "groups").mkdir(parents=True)
+    (bench / "benchmark.json").write_text("{}")
     renamed = groups[1].model_copy(update={"group_id": "renamed-copy"})  # same task under another id
-    write_groups([renamed], bench / "groups.jsonl")
+    write_groups([renamed], bench / "groups" / "mini.jsonl")
     with ScriptedServer(teacher) as server:
         out = tmp_path / "out"
         out.mkdir()
@@ -221,3 +221,22 @@ def test_a_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
         run(inputs, reference, tmp_path / "out", server.url, samples=1)
         with pytest.raises(DistillError, match="settings"):
             run(inputs, reference, tmp_path / "out", server.url, samples=1, min_agreement=0.5)
+
+
+def test_the_bundled_benchmark_is_refused_by_task(tmp_path: Path) -> None:
+    # examples/degraded and examples/benchmark-tiny come from the same bundled task, under other group ids.
+    with ScriptedServer(teacher) as server:
+        cli = subprocess.run(
+            [sys.executable, "-m", "grader.cli", "distill", "examples/degraded/groups.jsonl",
+             "--reference", "examples/degraded/reference.json", "--model", "scripted", "--base-url", server.url,
+             "--out", str(tmp_path / "out"), "--no-default-benchmarks", "--benchmark", "examples/benchmark-tiny"],
+            cwd=REPO_ROOT, capture_output=True, text=True,
+        )  # fmt: skip
+        assert server.requests == []
+    assert cli.returncode == 1 and "nothing distilled" in cli.stdout
+    assert (
+        "refused inventory-average-empty: its task (base commit and statement) is in the benchmark"
+        in cli.stdout
+    )
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["refused"] == 1 and manifest["transcripts"] == []

@@ -135,3 +135,31 @@ def test_references_round_trip_through_a_file(tmp_path: Path) -> None:
     }
     path = write_references(references, tmp_path / "out" / "refs.json")
     assert load_references(path) == references
+
+
+def test_a_failed_grading_counts_as_not_agreeing() -> None:
+    rankings = [[["a"], ["b"]], [["a"], ["b"]], [["b"], ["a"]]]
+    assert consensus_reference("g", rankings, 0.6).preferences == (
+        Preference("a", "b", "2 of 3 gradings agree"),
+    )
+    # Two more gradings were asked for and failed: 2 of 5 is below the threshold.
+    assert consensus_reference("g", rankings, 0.6, k=5).preferences == ()
+    with pytest.raises(InvalidReference, match="k=2 is below the 3 rankings"):
+        consensus_reference("g", rankings, 0.6, k=2)
+
+
+def test_reference_consensus_command_writes_a_reference_eval_reads(tmp_path: Path) -> None:
+    from grader.evaluation import cli
+
+    groups, out = str(DEGRADED / "groups.jsonl"), tmp_path / "consensus.json"
+    assert (
+        cli.main(["reference", "consensus", groups, "--k", "3", "--threshold", "0.9", "--out", str(out)]) == 0
+    )
+    (reference,) = load_references(out).values()
+    assert reference.kind == "consensus" and reference.details == {"k": 3, "threshold": 0.9}
+    assert all(p.reason == "3 of 3 gradings agree" for p in reference.preferences)
+    # The heuristic is deterministic: its consensus is every pair it orders, and it agrees with all of them.
+    assert cli.main(["eval", groups, "--reference", str(out), "--out", str(tmp_path / "eval")]) == 0
+    overall = json.loads((tmp_path / "eval" / "eval.json").read_text())["overall"]
+    assert overall["pairwise_accuracy"] == 1.0 and overall["scored_pairs"] == len(reference.preferences) > 40
+    assert overall["kendall_tau"] is None  # a partial order: no tau

@@ -1,22 +1,26 @@
 """Keeping benchmark groups out of training data, so a distilled grader is never measured on what it learnt.
 
-A benchmark is a folder holding a `manifest.json` (issue 14's packaging); its groups are every group in the
-JSON and JSONL files under it. A group offered for distillation is refused when its id, or its task (base
-commit and statement, whatever the repository is called or where it lives), appears in any benchmark given
-or found under `benchmarks/`. Deliberately coarse: a task the benchmark asks about is off limits whichever
-candidates a training group holds for it.
+A benchmark is a folder holding a `benchmark.json` (the format of docs/benchmark.md); its groups are those
+of its `groups/` files. A group offered for distillation is refused when its id, or its task (base commit
+and statement, whatever the repository is called or where it lives), appears in any benchmark named on the
+command line or found where `gagar eval --bench` looks for them (`$GAGAR_BENCHMARKS`, ./benchmarks, the
+repository's benchmarks/, ../shared/benchmarks beside it). Deliberately coarse: a task the benchmark asks
+about is off limits whichever candidates a training group holds for it. Only the groups are read (no
+bundle, probe or label checks), so refusing never depends on a benchmark being otherwise complete.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.evaluation.benchmark import REPOSITORY_ROOT, find_benchmark
 from grader.formats import load_groups
 from grader.models import Group
 
-MANIFEST = "manifest.json"
+MANIFEST = "benchmark.json"
 
 
 def task_hash(group: Group) -> str:
@@ -57,24 +61,31 @@ class Benchmarks:
         return None
 
 
-def benchmark_folders(given: list[Path], search: list[Path]) -> list[Path]:
-    """The benchmark folders: those given, and every folder with a manifest under the search roots.
+def search_roots() -> list[Path]:
+    """Where benchmarks are found without being named: the places `gagar eval --bench` looks in."""
+    roots = [Path(p) for p in os.environ.get("GAGAR_BENCHMARKS", "").split(os.pathsep) if p]
+    return [
+        *roots,
+        Path("benchmarks"),
+        REPOSITORY_ROOT / "benchmarks",
+        REPOSITORY_ROOT.parent / "shared" / "benchmarks",
+    ]
+
+
+def benchmark_folders(given: list[str | Path], search: list[Path]) -> list[Path]:
+    """The benchmark folders: those given (by path or name), and every one under the search roots.
 
     Args:
-        given: folders named on the command line (each must hold a manifest).
-        search: roots to look under (missing ones are skipped).
+        given: benchmarks named on the command line (a folder or a name `find_benchmark` resolves).
+        search: roots to look under (missing ones are skipped), e.g. `search_roots()`.
 
     Returns:
         The folders, each once, sorted.
 
     Raises:
-        FileNotFoundError: a folder given holds no manifest.json.
+        InputFileError: a benchmark given cannot be found (the message lists the places searched).
     """
-    folders = set()
-    for folder in given:
-        if not (folder / MANIFEST).is_file():
-            raise FileNotFoundError(f"{folder}: not a benchmark (no {MANIFEST})")
-        folders.add(folder.resolve())
+    folders = {find_benchmark(name).resolve() for name in given}
     for root in search:
         if root.is_dir():
             folders.update(manifest.parent.resolve() for manifest in root.rglob(MANIFEST))
@@ -88,11 +99,11 @@ def load_benchmarks(folders: list[Path]) -> Benchmarks:
         folders: benchmark folders (see `benchmark_folders`).
 
     Returns:
-        Their group ids and task hashes. Files that hold no groups (references, the manifest) add nothing.
+        Their group ids and task hashes (from each folder's `groups/` files).
     """
     found = Benchmarks(folders=list(folders))
     for folder in folders:
-        files = sorted(p for p in folder.rglob("*") if p.suffix in (".json", ".jsonl") and p.name != MANIFEST)
+        files = sorted(p for p in (folder / "groups").glob("*") if p.suffix in (".json", ".jsonl"))
         for item in load_groups(files):
             if isinstance(item, Group):
                 found.group_ids.setdefault(item.group_id, folder)

@@ -12,14 +12,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from grader.cli_options import add_config_arguments, config_from_args
 from grader.concurrency import Concurrency
-from grader.distill.benchmarks import benchmark_folders, load_benchmarks
+from grader.distill.benchmarks import benchmark_folders, load_benchmarks, search_roots
 from grader.distill.run import DistillConfig, Plan, distill
 from grader.formats import check_inputs
 from grader.graders.llm_config import LLMConfig
 
 # The teacher's options: the LLM grader's, less those distillation fixes (native tools, seeds per sample).
 TEACHER_FIELDS = [f.name for f in dataclasses.fields(LLMConfig) if f.name not in ("tool_mode", "seed")]
-DEFAULT_BENCHMARKS = Path("benchmarks")
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
@@ -30,7 +29,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     config = DistillConfig(**config_from_args(DistillConfig, args))
     teacher = config_from_args(LLMConfig, args, only=TEACHER_FIELDS)
     resources = Concurrency(**config_from_args(Concurrency, args))
-    folders = benchmark_folders(args.benchmark, [] if args.no_default_benchmarks else [DEFAULT_BENCHMARKS])
+    folders = benchmark_folders(args.benchmark, [] if args.no_default_benchmarks else search_roots())
     benchmarks = load_benchmarks(folders)
     tally = {"done": 0, "kept": 0, "tokens": 0}
     with Progress(
@@ -70,7 +69,9 @@ def cmd_distill(args: argparse.Namespace) -> int:
         highlight=False,
     )
     console.print(f"-> {args.out / 'sft.jsonl'}, {args.out / 'manifest.json'}", highlight=False)
-    return 1 if counts["failed"] else 0
+    if not counts["distilled"]:
+        console.print("[red]nothing distilled[/]: every group was refused or failed", highlight=False)
+    return 1 if counts["failed"] or not counts["distilled"] else 0
 
 
 def register(subparsers: Any) -> None:

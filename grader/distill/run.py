@@ -396,17 +396,21 @@ def run_pending(
     return failed
 
 
-def _example_rows(record: dict[str, Any], tools: list[dict[str, Any]], augment: int, secret: str):
-    """(copy, row) for a kept record: the transcript itself (copy 0), then its relabelled copies."""
-    yield 0, sft.example(record["messages"], tools)
+def _example_rows(
+    record: dict[str, Any], tools: list[dict[str, Any]], augment: int, secret: str
+) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
+    """(copy, row) for a kept record: the transcript itself (copy 0), then its relabelled copies; and why
+    no copies were made, when relabelling was refused."""
+    rows = [(0, sft.example(record["messages"], tools))]
     contrast = [label for label, _ in record.get("contrast") or []]
     for copy in range(1, augment + 1):
         rng = random.Random(f"{secret}:{record['group_id']}:{record['sample']}:{copy}")
         try:
             messages, _ = relabel(record["messages"], record["shown"], contrast, rng)
-        except AugmentationRefused:
-            return
-        yield copy, sft.example(messages, tools)
+        except AugmentationRefused as exc:
+            return rows[:1], str(exc)
+        rows.append((copy, sft.example(messages, tools)))
+    return rows, None
 
 
 def assemble(
@@ -465,7 +469,10 @@ def assemble(
             }
             if entry["kept"]:
                 rows = []
-                for copy, row in _example_rows(record, tools, config.augment, secret):
+                made, refused = _example_rows(record, tools, config.augment, secret)
+                if refused is not None:
+                    entry["augmentation_refused"] = refused
+                for copy, row in made:
                     key = sft.row_hash(row)
                     if key in seen:
                         if copy == 0:
@@ -529,6 +536,7 @@ def run_header(teacher: dict[str, Any], config: DistillConfig, reference: Path, 
     """
     grader = LLMGrader(**teacher, tool_mode="native")
     prompts = grader.prompts
+    where = LLMGrader(**{**teacher, "base_url": None}, tool_mode="native")  # the teacher, wherever served
     tools = tool_schemas(offered_tools(prompts.tools, run=grader.config.sandbox is not None))
     settings = {k: v for k, v in asdict(config).items() if k != "workers"}
     header = {
@@ -536,7 +544,7 @@ def run_header(teacher: dict[str, Any], config: DistillConfig, reference: Path, 
         "teacher": {
             "model": grader.config.model,
             "base_url": grader.config.base_url,
-            "fingerprint": sha(grader.fingerprint()),
+            "fingerprint": sha(where.fingerprint()),
         },
         "fingerprints": {
             "prompts": sha(json.dumps([prompts.system, prompts.task], sort_keys=True)),
@@ -561,7 +569,9 @@ def check_resume(out: Path, header: dict[str, Any]) -> None:
         DistillError: `out/run.json` records another run; the message names what differs.
     """
     path = out / "run.json"
-    identity = {k: header[k] for k in ("format", "teacher", "fingerprints", "settings")}
+    identity = {k: header[k] for k in ("format", "fingerprints", "settings")}
+    # The teacher by model and fingerprint, not by address: a resumed run may reach it on another port.
+    identity["teacher"] = {k: v for k, v in header["teacher"].items() if k != "base_url"}
     if path.exists():
         before = json.loads(path.read_text(encoding="utf-8"))
         differs = sorted(k for k in identity if before.get(k) != identity[k])

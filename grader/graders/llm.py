@@ -448,6 +448,7 @@ class LLMGrader:
             f"{c.temperature:g}",
             prompts,
             str(c.seed),
+            hashlib.sha256(c.secret.encode()).hexdigest()[:8] if c.secret is not None else "",
             str(c.sandbox),
             str(c.show_failing),
             json.dumps(asdict(c.budgets), sort_keys=True),
@@ -468,23 +469,12 @@ class LLMGrader:
         backend = self.config.sandbox
         if backend is None:
             return None
-        task = view.task
 
         def opener():
-            from grader.sandbox import open_sandbox
-            from grader.sandbox.environments import environment_for, spec_for_task
+            from grader.sandbox.environments import open_task_sandbox
 
-            image, note = task.image, ""
-            # A task's own image wins; otherwise its environment layer (built once, then reused) when it
-            # names an interpreter or a recipe. A failed build surfaces as `run is unavailable: <reason>`.
-            if image is None and backend == "docker" and (task.python or task.environment):
-                layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
-                image, note = layer.tag, layer.note
-            sandbox = open_sandbox(
-                view, backend=backend, image=image, setup=task.setup, test_command=task.test_command
-            )
-            sandbox.environment_note = note
-            return sandbox
+            # A failed environment build surfaces as `run is unavailable: <reason>`.
+            return open_task_sandbox(view, backend)
 
         return opener
 
