@@ -228,8 +228,9 @@ def test_the_bundled_benchmark_is_refused_by_task(tmp_path: Path) -> None:
     with ScriptedServer(teacher) as server:
         cli = subprocess.run(
             [sys.executable, "-m", "grader.cli", "distill", "examples/degraded/groups.jsonl",
-             "--reference", "examples/degraded/reference.json", "--model", "scripted", "--base-url", server.url,
-             "--out", str(tmp_path / "out"), "--no-default-benchmarks", "--benchmark", "examples/benchmark-tiny"],
+             "--reference", "examples/degraded/reference.json", "--model", "scripted",
+             "--base-url", server.url, "--out", str(tmp_path / "out"), "--no-default-benchmarks",
+             "--benchmark", "examples/benchmark-tiny"],
             cwd=REPO_ROOT, capture_output=True, text=True,
         )  # fmt: skip
         assert server.requests == []

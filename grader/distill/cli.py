@@ -47,7 +47,9 @@ def cmd_distill(args: argparse.Namespace) -> int:
         def on_plan(work: Plan) -> None:
             progress.update(task, total=len(work.pending))
             for gid, why in work.left_out.items():
-                console.print(f"[yellow]{why['status']}[/] {gid}: {why['reason']}", highlight=False)
+                console.print(
+                    f"[yellow]{why['status']}[/] {gid}: {why['reason']}", highlight=False, soft_wrap=True
+                )
 
         def on_record(record: dict[str, Any]) -> None:
             tally["done"] += 1
@@ -67,10 +69,15 @@ def cmd_distill(args: argparse.Namespace) -> int:
         f"{counts['rows']['train']} train rows, {counts['rows']['eval']} eval rows; "
         f"teacher tokens {manifest['tokens']['total_tokens']:,}",
         highlight=False,
+        soft_wrap=True,
     )
-    console.print(f"-> {args.out / 'sft.jsonl'}, {args.out / 'manifest.json'}", highlight=False)
+    console.print(
+        f"-> {args.out / 'sft.jsonl'}, {args.out / 'manifest.json'}", highlight=False, soft_wrap=True
+    )
     if not counts["distilled"]:
-        console.print("[red]nothing distilled[/]: every group was refused or failed", highlight=False)
+        console.print(
+            "[red]nothing distilled[/]: every group was refused or failed", highlight=False, soft_wrap=True
+        )
     return 1 if counts["failed"] or not counts["distilled"] else 0
 
 
