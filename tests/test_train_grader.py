@@ -12,7 +12,7 @@ import pytest
 
 from grader.distill.run import DistillConfig, distill
 from grader.graders.budgets import Budgets
-from grader.testing import ScriptedServer
+from grader.testing import ScriptedServer, tiny_llama
 from tests.conftest import REPO_ROOT
 from tests.distill_support import teacher, write_inputs
 
@@ -39,32 +39,11 @@ def tiny_model_and_tokenizer(texts: list[str]):
     """A one-layer Llama and a word-level tokenizer whose vocabulary covers `texts`, whitespace included
     (every character belongs to a token, as with a real byte-level tokenizer: the assistant mask is found
     through character offsets)."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
     words = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2}
     for text in texts:
         for word, _ in PIECES.pre_tokenize_str(text):
             words.setdefault(word, len(words))
-    backend = Tokenizer(WordLevel(words, unk_token="[UNK]"))
-    backend.pre_tokenizer = PIECES
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]", unk_token="[UNK]"
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=None,
-    )
-    return LlamaForCausalLM(config), tokenizer
+    return tiny_llama(list(words), pre_tokenizer=PIECES, hidden_size=32)
 
 
 def test_recipe_trains_on_assistant_tokens_only_and_the_loss_falls(tmp_path: Path) -> None:
