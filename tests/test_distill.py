@@ -7,17 +7,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from grader.concurrency import Concurrency
 from grader.distill.benchmarks import load_benchmarks
 from grader.distill.run import DistillConfig, distill
 from grader.errors import DistillError
 from grader.formats import write_groups
 from grader.graders.budgets import Budgets
-from grader.testing import ScriptedServer
+from grader.testing import ScriptedServer, read_every_diff_then_rank
 from tests.conftest import REPO_ROOT
 from tests.distill_support import (
     EXPECTED_CATEGORY,
@@ -241,3 +243,28 @@ def test_the_bundled_benchmark_is_refused_by_task(tmp_path: Path) -> None:
     )
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["refused"] == 1 and manifest["transcripts"] == []
+
+
+def test_gradings_stay_within_the_resources(tmp_path: Path) -> None:
+    inputs, reference, _ = write_inputs(tmp_path)
+    in_flight, peak = [0], [0]
+    lock = threading.Lock()
+
+    def counting(request: dict, n: int):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        time.sleep(0.05)
+        with lock:
+            in_flight[0] -= 1
+        return read_every_diff_then_rank(request, [], lambda label, i, count: f"{label}: {i + 1} of {count}")
+
+    options = {"model": "scripted", "sandbox": None, "budgets": BUDGETS}
+    for calls in (1, 2):
+        peak[0] = 0
+        with ScriptedServer(counting) as server:
+            out = tmp_path / f"out{calls}"
+            config = DistillConfig(samples=2, workers=4)
+            distill([inputs], reference, {**options, "base_url": server.url}, out, config,
+                    resources=Concurrency(llm_calls=calls))  # fmt: skip
+        assert peak[0] == calls  # two groups graded at once, never more requests than the slots
