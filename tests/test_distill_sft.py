@@ -182,3 +182,50 @@ def test_relabelled_transcript_replays_against_the_workspace(distilled) -> None:
             assert submitted == [tid for tier in record["ranking"] for tid in tier]  # same verdict
             assert set(submit["reasons"]) == set(relabelling.order)
         assert relabelling.order != [relabelling.mapping[old] for old in record["shown"]] or attempt < 2
+
+
+def test_transcripts_that_cannot_be_examples_are_named() -> None:
+    from grader.distill.sft import NotAnExample, messages_from_events
+
+    opening = [
+        {"type": "message", "role": "system", "content": "s"},
+        {"type": "message", "role": "user", "content": "u"},
+    ]
+    broken = {"id": "c1", "name": "diff", "arguments": '{"candidate": "C-'}
+    events = [*opening, {"type": "message", "role": "assistant", "content": "", "tool_calls": [broken]}]
+    with pytest.raises(NotAnExample, match="arguments of a diff call are not JSON"):
+        messages_from_events([*events, {"type": "submitted"}])
+    with pytest.raises(NotAnExample, match="without a valid submission"):
+        messages_from_events(opening)
+    # Calls made in the submitting turn after the submission were never run: they are left out.
+    last = [{"id": "c2", "name": SUBMIT, "arguments": "{}"}, {"id": "c3", "name": "diff", "arguments": "{}"}]
+    messages = messages_from_events(
+        [*opening, {"type": "message", "role": "assistant", "tool_calls": last}, {"type": "submitted"}]
+    )
+    assert [c["function"]["name"] for c in messages[-1]["tool_calls"]] == [SUBMIT]
+
+
+def test_relabelling_refuses_candidate_text_that_holds_a_label() -> None:
+    from grader.distill.augment import AugmentationRefused
+
+    prompt = "Candidates (labels are random and their order means nothing): C-abcd, C-efgh"
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "diff", "arguments": {"candidate": "C-abcd"}},
+    }
+    result = "<<<DATA 0a>>>\n+# see C-efgh\n<<<END 0a>>>"
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "diff", "content": result},
+    ]
+    with pytest.raises(AugmentationRefused, match="C-efgh"):
+        relabel(messages, ["C-abcd", "C-efgh"], [], random.Random(0))
+    messages[-1]["content"] = "<<<DATA 0a>>>\n+# fine\n<<<END 0a>>>"
+    rewritten, relabelling = relabel(messages, ["C-abcd", "C-efgh"], [], random.Random(0))
+    assert rewritten[2]["tool_calls"][0]["function"]["arguments"] == {
+        "candidate": relabelling.mapping["C-abcd"]
+    }
+    assert rewritten[1]["content"].endswith(", ".join(relabelling.order))

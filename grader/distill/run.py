@@ -83,7 +83,7 @@ class Plan:
     pending: list[tuple[Group, int]] = field(default_factory=list)  # (group, sample) not yet recorded
 
 
-def sha(text: str) -> str:
+def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -522,7 +522,9 @@ def assemble(
     return manifest
 
 
-def run_header(teacher: dict[str, Any], config: DistillConfig, reference: Path, benchmarks: Benchmarks):
+def run_header(
+    teacher: dict[str, Any], config: DistillConfig, reference: Path, benchmarks: Benchmarks
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The manifest's fixed part: teacher, fingerprints of prompts and tool schemas, settings.
 
     Args:
@@ -544,11 +546,11 @@ def run_header(teacher: dict[str, Any], config: DistillConfig, reference: Path, 
         "teacher": {
             "model": grader.config.model,
             "base_url": grader.config.base_url,
-            "fingerprint": sha(where.fingerprint()),
+            "fingerprint": _sha(where.fingerprint()),
         },
         "fingerprints": {
-            "prompts": sha(json.dumps([prompts.system, prompts.task], sort_keys=True)),
-            "tools": sha(json.dumps(tools, sort_keys=True)),
+            "prompts": _sha(json.dumps([prompts.system, prompts.task], sort_keys=True)),
+            "tools": _sha(json.dumps(tools, sort_keys=True)),
             "reference": hashlib.sha256(reference.read_bytes()).hexdigest()[:16],
         },
         "settings": settings,
