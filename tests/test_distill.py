@@ -268,3 +268,28 @@ def test_gradings_stay_within_the_resources(tmp_path: Path) -> None:
             distill([inputs], reference, {**options, "base_url": server.url}, out, config,
                     resources=Concurrency(llm_calls=calls))  # fmt: skip
         assert peak[0] == calls  # two groups graded at once, never more requests than the slots
+
+
+def test_exact_duplicates_are_removed(tmp_path: Path) -> None:
+    inputs, reference, _ = write_inputs(tmp_path)
+    out = tmp_path / "out"
+    with ScriptedServer(teacher) as server:
+        first = run(inputs, reference, out, server.url, samples=8)
+        kept = [
+            (e["group"], e["sample"]) for e in first["transcripts"] if e["kept"] and e["group"] == "add-2"
+        ]
+        assert len(kept) >= 2
+        # A later sample that showed the teacher exactly what an earlier one did (same conversation):
+        (a_group, a), (b_group, b) = kept[:2]
+        original = json.loads((out / "records" / a_group / f"{a}.json").read_text())
+        copy_path = out / "records" / b_group / f"{b}.json"
+        copy = json.loads(copy_path.read_text())
+        copy_path.write_text(json.dumps({**copy, "messages": original["messages"]}))
+        asked = len(server.requests)
+        second = run(inputs, reference, out, server.url, samples=8)
+        assert len(server.requests) == asked  # every sample was recorded: the rerun only assembles
+    entry = next(e for e in second["transcripts"] if (e["group"], e["sample"]) == (b_group, b))
+    assert entry["kept"] is False and entry["why"] == "duplicate"
+    assert entry["reason"] == f"exact duplicate of {a_group}/{a}"
+    assert second["counts"]["kept"] == first["counts"]["kept"] - 1
+    assert second["counts"]["rows"]["train"] + second["counts"]["rows"]["eval"] == second["counts"]["kept"]
