@@ -18,6 +18,7 @@ from grader.references import load_references
 from tests.conftest import EXAMPLE_GROUP, REPO_ROOT
 
 TINY = REPO_ROOT / "examples" / "benchmark-tiny"
+BUNDLE = "bundles/inventory.bundle"
 
 
 @pytest.fixture
@@ -35,6 +36,13 @@ def edit_json(path: Path, change) -> None:  # type: ignore[no-untyped-def]
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
+
+
+def problems(root: Path) -> str:
+    """What load_benchmark says is wrong with a folder."""
+    with pytest.raises(BenchmarkError) as caught:
+        load_benchmark(root)
+    return str(caught.value)
 
 
 def test_the_tiny_benchmark_loads_with_every_kind_of_reference() -> None:
@@ -98,23 +106,37 @@ def test_every_broken_rule_is_listed_in_one_error(tiny: Path) -> None:
         "reason": "r",
     }
     append_line(references, {"group_id": "inv-pairs", **disagreed})
-    edit_json(tiny / "split.json", lambda split: split["dev"].remove("inventory/consensus"))
     edit_json(
         tiny / "provenance.json", lambda p: p["bundles"]["bundles/inventory.bundle"].update(tree="0" * 40)
     )
     edit_json(tiny / "provenance.json", lambda p: p["patches"]["inv-ranking"].pop("edits-tests"))
-    edit_json(tiny / "benchmark.json", lambda m: m["sources"][0].pop("licence"))
-    with pytest.raises(BenchmarkError) as caught:
-        load_benchmark(tiny)
-    message = str(caught.value)
+    # Files that do not read stop the checks across files: (file, spoil, mend).
+    unreadable = [
+        (
+            "benchmark.json",
+            lambda m: m["sources"][0].pop("licence"),
+            lambda m: m["sources"][0].update(licence="A"),
+        ),
+        (
+            "split.json",
+            lambda s: s["dev"].remove("inventory/consensus"),
+            lambda s: s["dev"].append("inventory/consensus"),
+        ),
+        (
+            "probes.json",
+            lambda p: p[1].update(command="python {script}"),
+            lambda p: p[1].update(command="python {probe}"),
+        ),
+    ]
+    for name, spoil, _ in unreadable:
+        edit_json(tiny / name, spoil)
+    message = problems(tiny)
     assert "benchmark.json: source 0 needs a repository and a licence" in message
     assert "split.json: instance 'inventory/consensus' is in no split" in message
-    # The other checks run once the files read: fix what stops them and look again.
-    edit_json(tiny / "benchmark.json", lambda m: m["sources"][0].update(licence="Apache-2.0"))
-    edit_json(tiny / "split.json", lambda split: split["dev"].append("inventory/consensus"))
-    with pytest.raises(BenchmarkError) as caught:
-        load_benchmark(tiny)
-    message = str(caught.value)
+    assert "probes.json[1]: command 'python {script}': only {probe} may be in braces" in message
+    for name, _, mend in unreadable:
+        edit_json(tiny / name, mend)
+    message = problems(tiny)
     assert "'wrong-value' is not a passing trajectory of the group" in message
     assert "behaviour pair reformats-report > wrong-value: no probe" in message
     assert "pair leftover-script > reformats-report: the two labels differ" in message
@@ -187,9 +209,10 @@ def test_eval_bench_scores_a_split_per_category_with_intervals(tmp_path: Path) -
     assert set(categories) == {"correctness", "behaviour", "hygiene", "tests", "scope", "design"}
     # The heuristic sees no difference between returning 0 and 0.0: it ties the correctness pair.
     assert categories["correctness"]["pairwise_accuracy"] == 0.5 and categories["correctness"]["groups"] == 1
-    for figures in categories.values():
-        low, high = figures["interval"]
-        assert low <= figures["pairwise_accuracy"] <= high
+    assert categories["correctness"]["interval"] is None  # one group: no interval
+    for name in ("behaviour", "hygiene", "tests", "scope", "design"):
+        low, high = categories[name]["interval"]
+        assert categories[name]["groups"] == 2 and low <= categories[name]["pairwise_accuracy"] <= high
     assert report["consistency"]["k"] == 2 and set(report["consistency"]["groups"]) == set(report["groups"])
 
 
@@ -234,8 +257,8 @@ def test_the_bootstrap_resamples_groups() -> None:
     low, high = metrics.bootstrap_interval(units, resamples=500, seed=1)
     assert 0.25 <= low < 0.6 < high <= 1.0  # pooled 6/10 inside, bounded by the groups' own rates
     assert metrics.bootstrap_interval(units, resamples=500, seed=1) == (low, high)  # seeded: reproducible
-    assert metrics.bootstrap_interval([(1.0, 2)], resamples=50) == (0.5, 0.5)
-    assert metrics.bootstrap_interval([(0.0, 0)]) is None
+    assert metrics.bootstrap_interval([(1.0, 2)], resamples=50) is None  # one group: nothing to resample
+    assert metrics.bootstrap_interval([(1.0, 2), (0.0, 0)]) is None
     with pytest.raises(ValueError):
         metrics.bootstrap_interval(units, resamples=0)
 
@@ -255,3 +278,28 @@ def test_the_tiny_benchmark_is_what_its_generator_makes(tmp_path: Path) -> None:
     )
     for path in committed:
         assert (tmp_path / "made" / path).read_bytes() == (TINY / path).read_bytes(), path
+
+
+def test_bench_bundle_cuts_history_and_keeps_the_upstream_tree(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    upstream = tmp_path / "upstream"
+    subprocess.run(["git", "clone", "-q", "--branch", "main", str(TINY / BUNDLE), str(upstream)], check=True)
+    (upstream / "CHANGES").write_text("a second commit: history the bundle must not carry\n")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run(["git", "-C", str(upstream), "add", "CHANGES"], check=True)
+    subprocess.run(["git", *ident, "-C", str(upstream), "commit", "-qm", "changes"], check=True)
+    head = subprocess.run(["git", "-C", str(upstream), "rev-parse", "HEAD"], capture_output=True, text=True)
+    out = tmp_path / "b" / "x.bundle"
+    args = ["bench", "bundle", str(upstream), "HEAD", "--repository", "example/inventory", "--out", str(out)]
+    assert cli.main(args) == 0
+    record = json.loads(capsys.readouterr().out)[str(out)]
+    assert record["commit"] == head.stdout.strip() and record["repository"] == "example/inventory"
+    assert cli.main([*args[:-1], str(tmp_path / "again.bundle")]) == 0  # the same upstream: the same commit
+    assert json.loads(capsys.readouterr().out)[str(tmp_path / "again.bundle")] == record
+    # In place of the tiny benchmark's bundle it passes the bundle check (one root commit, the tree).
+    shutil.copyfile(out, tiny / BUNDLE)
+    edit_json(tiny / "provenance.json", lambda p: p["bundles"][BUNDLE].update(tree=record["tree"]))
+    message = problems(tiny)
+    assert "must hold a single root commit" not in message and "is not the upstream tree" not in message
+    assert f"the bundle's commit is {record['base_commit']}" in message  # the groups still name the old one

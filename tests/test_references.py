@@ -163,3 +163,23 @@ def test_reference_consensus_command_writes_a_reference_eval_reads(tmp_path: Pat
     overall = json.loads((tmp_path / "eval" / "eval.json").read_text())["overall"]
     assert overall["pairwise_accuracy"] == 1.0 and overall["scored_pairs"] == len(reference.preferences) > 40
     assert overall["kendall_tau"] is None  # a partial order: no tau
+
+
+def test_eval_refuses_a_cyclic_reference_naming_the_pair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from grader.evaluation import cli
+
+    path = tmp_path / "cyclic.jsonl"
+    pairs = [("clean", "edits-tests"), ("edits-tests", "leftover-script"), ("leftover-script", "clean")]
+    path.write_text(
+        "".join(
+            json.dumps({"group_id": "inventory-average-empty", "better": b, "worse": w}) + "\n"
+            for b, w in pairs
+        )
+    )
+    group = str(REPO_ROOT / "examples" / "inventory_group.json")
+    assert cli.main(["eval", group, "--reference", str(path), "--out", str(tmp_path / "o")]) == 2
+    error = capsys.readouterr().err
+    assert "cyclic preferences clean > edits-tests > leftover-script > clean" in error
+    assert "the pair leftover-script > clean closes it" in error and not (tmp_path / "o").exists()

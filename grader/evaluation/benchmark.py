@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -29,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.errors import GagarError, InputFileError, InvalidReference
+from grader.errors import GagarError, GitError, InputFileError, InvalidReference
 from grader.formats import LoadError, load_groups
+from grader.gitcmd import git, git_identity, safe_env
+from grader.gitcmd import out as git_out
 from grader.models import Group
 from grader.references import Reference, load_references
 
@@ -263,6 +264,42 @@ def load_benchmark(name_or_path: str | Path, check_bundles: bool = True) -> Benc
     return benchmark
 
 
+def bundle_base_tree(source: Path | str, commit: str, out: Path | str, repository: str) -> dict[str, str]:
+    """Write a benchmark bundle: one root commit holding exactly the tree of `commit` in the repository
+    `source`, so the benchmark runs offline without the upstream history.
+
+    The new commit has a fixed identity, date and message (naming the upstream commit), so the same upstream
+    commit always gives the same bundle commit. The source repository is only read (its objects are borrowed
+    through a temporary repository's alternates).
+
+    Args:
+        source: a local git repository (work tree or bare) holding `commit`.
+        commit: the upstream base commit (any revision git resolves there).
+        out: the bundle file to write (its folder is created).
+        repository: the upstream repository's name, as the provenance and sources list it.
+
+    Returns:
+        The bundle's provenance record: {"repository", "commit" (upstream), "tree", "base_commit"}; the
+        groups' tasks take `base_commit`.
+
+    Raises:
+        GitError: `source` is not a repository or does not hold `commit`.
+    """
+    upstream = git_out(["rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=source)
+    tree = git_out(["rev-parse", f"{upstream}^{{tree}}"], cwd=source)
+    objects = git_out(["rev-parse", "--path-format=absolute", "--git-path", "objects"], cwd=source)
+    env = safe_env(git_identity(date="2000-01-01T00:00:00+0000"))
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gagar-bundle-") as scratch:
+        git(["init", "-q", "--bare", scratch])
+        Path(scratch, "objects", "info", "alternates").write_text(objects + "\n", encoding="utf-8")
+        root = git_out(["commit-tree", tree, "-m", f"upstream base {upstream}"], git_dir=scratch, env=env)
+        git(["update-ref", "refs/heads/base", root], git_dir=scratch)
+        git(["bundle", "create", "-q", str(target.resolve()), "base"], git_dir=scratch, env=env)
+    return {"repository": repository, "commit": upstream, "tree": tree, "base_commit": root}
+
+
 # -- reading ----------------------------------------------------------------------------------------------
 
 
@@ -412,6 +449,11 @@ def _load_probes(root: Path, problems: list[str]) -> list[Probe]:
             problems.append(f"{where}: script {item['script']!r} is not a file inside the benchmark")
             continue
         command = str(item.get("command", "python {probe}"))
+        try:
+            command.format(probe="probe.py")
+        except (KeyError, IndexError, ValueError) as exc:
+            problems.append(f"{where}: command {command!r}: only {{probe}} may be in braces ({exc!r})")
+            continue
         probes.append(Probe(item["group_id"], item["better"], item["worse"], script, command))
     return probes
 
@@ -502,25 +544,19 @@ def _check_bundle(path: Path, record: dict[str, Any], commits: set[str], problem
         problems.append(f"{where}: missing")
         return
     with tempfile.TemporaryDirectory(prefix="gagar-bundle-") as scratch:
-
-        def run(*args: str) -> str:
-            return subprocess.run(
-                ["git", "-C", scratch, *args], check=True, capture_output=True, text=True
-            ).stdout
-
         try:
-            run("init", "-q", "--bare")
-            run("fetch", "-q", str(path.resolve()), "+refs/*:refs/*")
-            heads = run("for-each-ref", "--format=%(objectname)").split()
-            listed = run("rev-list", "--all", "--parents").splitlines()
-        except subprocess.CalledProcessError as exc:
-            problems.append(f"{where}: not a readable git bundle: {exc.stderr.strip()}")
+            git(["init", "-q", "--bare", scratch])
+            git(["fetch", "-q", str(path.resolve()), "+refs/*:refs/*"], git_dir=scratch)
+            heads = git_out(["for-each-ref", "--format=%(objectname)"], git_dir=scratch).split()
+            listed = git_out(["rev-list", "--all", "--parents"], git_dir=scratch).splitlines()
+        except GitError as exc:
+            problems.append(f"{where}: not a readable git bundle: {exc.stderr}")
             return
         if len(listed) != 1 or len(listed[0].split()) != 1 or len(set(heads)) != 1:
             problems.append(f"{where}: must hold a single root commit, found {len(listed)} commits")
             return
         commit = listed[0].split()[0]
-        tree = run("rev-parse", f"{commit}^{{tree}}").strip()
+        tree = git_out(["rev-parse", f"{commit}^{{tree}}"], git_dir=scratch)
     if tree != record["tree"]:
         problems.append(f"{where}: tree {tree} is not the upstream tree {record['tree']} named in provenance")
     for wanted in sorted(commits - {commit}):

@@ -21,7 +21,7 @@ from grader.cli_options import GradingArguments, add_grading_arguments, grading_
 from grader.errors import InputFileError
 from grader.evaluation import degrade as degrading
 from grader.evaluation import harness
-from grader.evaluation.benchmark import SPLITS, Benchmark, load_benchmark
+from grader.evaluation.benchmark import SPLITS, Benchmark, bundle_base_tree, load_benchmark
 from grader.evaluation.consensus import ConsensusGrader
 from grader.formats import LoadError, check_inputs, load_groups
 from grader.graders import get_grader
@@ -96,6 +96,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "split": args.split or "all",
             "label_agreement": {"pairs": agreement.pairs, "agreed": agreement.agreed, "rate": agreement.rate},
         }
+        example = bench.manifest.get("example")
+        console.print(
+            f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups; double labels "
+            f"agreed on {agreement.agreed}/{agreement.pairs} pairs"
+            + (" (a format example: its figures say nothing about real code)" if example else ""),
+            highlight=False,
+        )
     console.print(score_table(evaluation))
     console.print(coverage_line(report["overall"]), highlight=False)
     categories = evaluation.by_category(resamples=args.bootstrap)
@@ -135,6 +142,8 @@ def coverage_line(overall: dict[str, Any]) -> str:
         line += (
             f"; pairwise {_fmt(overall['pairwise_accuracy'])}, bootstrap 95% {_interval(overall['interval'])}"
         )
+    elif overall["graded"] < 2:
+        line += "; one group graded: no interval"
     return line
 
 
@@ -291,6 +300,13 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
     return 0 if holds else 1
 
 
+def cmd_bench_bundle(args: argparse.Namespace) -> int:
+    """`gagar bench bundle`: a base tree as a single-root-commit bundle, and its provenance record."""
+    record = bundle_base_tree(args.source, args.commit, args.out, args.repository)
+    print(json.dumps({str(args.out): record}, indent=2))
+    return 0
+
+
 def cmd_reference_consensus(args: argparse.Namespace) -> int:
     """`gagar reference consensus`: grade each group K times under other label orders, keep agreed pairs."""
     console = Console()
@@ -396,6 +412,14 @@ def register(subparsers: Any) -> None:
     check.add_argument("--no-probes", action="store_true", help="validate and count only")
     check.add_argument("--out", type=Path, help="also write check.json there")
     check.set_defaults(func=cmd_bench_check)
+    bundle = bench_commands.add_parser(
+        "bundle", help="write a base tree as a bundle of one root commit; print its provenance record"
+    )
+    bundle.add_argument("source", type=Path, help="a local git repository holding the base commit")
+    bundle.add_argument("commit", help="the upstream base commit")
+    bundle.add_argument("--repository", required=True, help="the upstream repository's name (owner/name)")
+    bundle.add_argument("--out", required=True, type=Path, help="the bundle to write (NAME/bundles/X.bundle)")
+    bundle.set_defaults(func=cmd_bench_bundle)
 
     reference = subparsers.add_parser("reference", help="make references (see docs/benchmark.md)")
     reference_commands = reference.add_subparsers(dest="reference_command", required=True)

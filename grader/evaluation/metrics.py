@@ -206,8 +206,8 @@ def bootstrap_interval(
     """Percentile bootstrap interval of pooled pairwise accuracy, resampling whole units (groups).
 
     Pairs of one group share candidates, so they are not independent draws: resampling groups, not pairs,
-    keeps that dependence in the interval. With a single unit the interval is that unit's accuracy, which
-    says nothing about spread; report the number of groups beside it.
+    keeps that dependence in the interval. With fewer than two groups there is nothing to resample and no
+    interval (None), rather than a zero-width one that would look certain.
 
     Args:
         units: (credit, scored pairs) per group; groups with no scored pair are ignored.
@@ -216,7 +216,7 @@ def bootstrap_interval(
         level: the interval's coverage.
 
     Returns:
-        (low, high), or None when no unit has a scored pair.
+        (low, high), or None when fewer than two units have a scored pair.
 
     Raises:
         ValueError: resamples < 1 or level outside (0, 1).
@@ -226,7 +226,7 @@ def bootstrap_interval(
     if resamples < 1 or not 0.0 < level < 1.0:
         raise ValueError("resamples must be >= 1 and level in (0, 1)")
     kept = [(c, n) for c, n in units if n]
-    if not kept:
+    if len(kept) < 2:
         return None
     credits = np.array([c for c, _ in kept], dtype=float)
     pairs = np.array([n for _, n in kept], dtype=float)

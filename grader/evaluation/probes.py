@@ -4,7 +4,7 @@ A probe is a script committed with the benchmark that tells a correctness or beh
 running: it must pass (exit 0) on the better patch's tree and fail on the worse one's. `run_probes` runs
 every probe of a benchmark that way, in the same sandbox a grader's `run` tool would use (the task's image
 or environment layer, its setup), so a probe result says what the grader could have found out. The script
-travels in the command's environment and is written under /tmp inside the sandbox: the trees stay pristine.
+travels in the command's environment and is written to a private temporary folder: the trees stay pristine.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from grader.errors import GagarError
 from grader.evaluation.benchmark import Benchmark, Probe
-from grader.sandbox.base import ExecResult, Limits
+from grader.sandbox.base import ExecResult, Limits, Sandbox
 from grader.sandbox.environments import open_task_sandbox
 from grader.workspace import open_workspace
 
@@ -130,7 +130,7 @@ def run_probes(
     return [results[p] for p in wanted]
 
 
-def _run_one(probe: Probe, sandbox, targets: set[str]) -> ProbeResult:  # type: ignore[no-untyped-def]
+def _run_one(probe: Probe, sandbox: Sandbox, targets: set[str]) -> ProbeResult:
     missing = [tid for tid in probe.pair if tid not in targets]
     if missing:
         return ProbeResult(
