@@ -229,3 +229,29 @@ def test_relabelling_refuses_candidate_text_that_holds_a_label() -> None:
         "candidate": relabelling.mapping["C-abcd"]
     }
     assert rewritten[1]["content"].endswith(", ".join(relabelling.order))
+
+
+def test_relabelling_with_contrast_candidates_replays(tmp_path: Path) -> None:
+    from grader.testing import ScriptedServer
+
+    inputs, reference, groups = write_inputs(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "secret").write_text(SECRET)
+    with ScriptedServer(reviewer) as server:
+        teacher = {"model": "scripted", "base_url": server.url, "sandbox": "local", "show_failing": True}
+        distill([inputs], reference, teacher, out, DistillConfig(samples=1, eval_fraction=0))
+    record = json.loads((out / "records" / "add-1" / "0.json").read_text())
+    assert record["status"] == "kept" and [tid for _, tid in record["contrast"]] == ["broken"]
+    contrast = [label for label, _ in record["contrast"]]
+    listing = next(m["content"] for m in record["messages"] if m.get("name") == "list_candidates")
+    assert "FAILED the tests" in listing
+    with open_workspace(groups[0]) as workspace:
+        view = workspace.view()
+        messages, relabelling = relabel(record["messages"], record["shown"], contrast, random.Random(5))
+        members = {relabelling.mapping[old]: ids for old, ids in record["labels"].items()}
+        failing = {relabelling.mapping[old]: tid for old, tid in record["contrast"]}
+        candidates = Candidates(relabelling.order, members, failing, seed=record["seed"])
+        for expected, got in replay(messages, candidates, view, record["seed"], "add-1"):
+            assert RUN_TIMING.sub(r"\1", expected) == RUN_TIMING.sub(r"\1", got)
+        assert relabelling.mapping[contrast[0]] in messages[1]["content"]  # the contrast line, renamed

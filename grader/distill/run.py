@@ -305,7 +305,7 @@ def grade_sample(
         seed=details.get("seed"),
         labels=details.get("labels", {}),
         shown=details.get("shown", []),
-        contrast=sorted(details.get("contrast", {}).items()),
+        contrast=list(details.get("contrast", {}).items()),  # pairs, in the order shown
         usage=usage,
         ranking=ranking,
     )
