@@ -104,6 +104,11 @@ class NotApplicable(GagarError, ValueError):
     """An edit cannot be made on this source (nothing to edit, or no safe way to edit it); says why."""
 
 
+class DistillError(GagarError, ValueError):
+    """A distillation run that cannot start: an output folder that cannot be written, another run writing
+    there, a resume whose settings differ from the run it continues. Raised before any teacher call."""
+
+
 class ToolError(GagarError):
     """A tool call the model got wrong; the message goes back to the model, never out of the grader."""
 

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch", reason="the integrations extra is not insta
 pytest.importorskip("trl", reason="trl is not installed (pip install 'gagar[integrations]')")
 from grader.integrations.trl import Collectives, GagarGRPOTrainer, redistribute_gathered  # noqa: E402
 from grader.redistribute import redistribute_batch  # noqa: E402
+from grader.testing import tiny_llama  # noqa: E402
 
 G = 4  # num_generations
 
@@ -84,30 +85,10 @@ def passes_tests(completions: list[Any], **kwargs: Any) -> list[float]:
 
 def tiny_trainer(tmp_path: Path, weights_fn: Callable[..., Any]) -> GagarGRPOTrainer:
     from datasets import Dataset
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     from trl import GRPOConfig
 
     words = ["[PAD]", "[UNK]", "[EOS]", "fix", "the", "bug", "in", "stock", "py", "return", "total"]
-    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    backend.pre_tokenizer = Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]", unk_token="[UNK]"
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=None,
-    )
+    model, tokenizer = tiny_llama(words)
     args = GRPOConfig(
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,
@@ -121,7 +102,7 @@ def tiny_trainer(tmp_path: Path, weights_fn: Callable[..., Any]) -> GagarGRPOTra
     )
     dataset = Dataset.from_list([{"prompt": "fix the bug in stock py"}, {"prompt": "return the total"}] * 4)
     return GagarGRPOTrainer(
-        model=LlamaForCausalLM(config),
+        model=model,
         reward_funcs=[passes_tests],
         args=args,
         train_dataset=dataset,

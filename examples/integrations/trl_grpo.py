@@ -13,16 +13,12 @@ import tempfile
 from typing import Any
 
 import numpy as np
-import torch
 from datasets import Dataset
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
 from grader.integrations.trl import GagarGRPOTrainer
 from grader.redistribute import rank_to_weights
+from grader.testing import tiny_llama
 
 PASS_PATTERN = [1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
 
@@ -47,23 +43,7 @@ def shortest_first(group_ids: np.ndarray, passed: np.ndarray, batch: dict[str, l
 
 
 words = ["[PAD]", "[UNK]", "[EOS]", "fix", "the", "bug", "in", "stock", "py", "return", "total"]
-backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-backend.pre_tokenizer = Whitespace()
-tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]")
-torch.manual_seed(0)
-model = LlamaForCausalLM(
-    LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=None,
-    )
-)
+model, tokenizer = tiny_llama(words)
 prompts = ["fix the bug in stock py", "return the total"]
 with tempfile.TemporaryDirectory() as out:
     trainer = GagarGRPOTrainer(
