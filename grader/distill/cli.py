@@ -22,6 +22,11 @@ TEACHER_FIELDS = [f.name for f in dataclasses.fields(LLMConfig) if f.name not in
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
+    """`gagar distill`: grade each group K times with the teacher, keep what agrees, write the SFT files.
+
+    Raises:
+        ValueError: no teacher `--model` is given.
+    """
     console = Console()
     inputs = check_inputs(args.inputs)
     if not args.model:

@@ -308,7 +308,11 @@ def cmd_bench_bundle(args: argparse.Namespace) -> int:
 
 
 def cmd_reference_consensus(args: argparse.Namespace) -> int:
-    """`gagar reference consensus`: grade each group K times under other label orders, keep agreed pairs."""
+    """`gagar reference consensus`: grade each group K times under other label orders, keep agreed pairs.
+
+    Raises:
+        InputFileError: a group id appears more than once in the inputs.
+    """
     console = Console()
     items = load_groups(check_inputs(args.inputs), pass_threshold=args.pass_threshold)
     ids = [item.group_id for item in items if isinstance(item, Group)]

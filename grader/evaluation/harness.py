@@ -358,7 +358,11 @@ def consistency(
     permute: bool = True,
 ) -> list[GroupConsistency]:
     """Grade each group `k` times, the i-th time with `make_grader(i)` (another seed, say) and, with
-    `permute`, the trajectories in another order. Groups that are not valid are left out."""
+    `permute`, the trajectories in another order. Groups that are not valid are left out.
+
+    Raises:
+        ValueError: `k` is below 2.
+    """
     if k < 2:
         raise ValueError("consistency needs k >= 2 gradings")
     options = evaluation_options(options)

@@ -180,6 +180,9 @@ def position_bias(shown: Sequence[Sequence[Sequence[str]]], rankings: Sequence[R
     (an equivalence class is shown once); `rankings[i]` is what that grading returned. A shown candidate
     ranked in a best tier shared with m shown candidates counts 1/m: the chance it is the first of a random
     tie-break. `chance` is the mean of 1/(candidates shown), what an order-blind grader scores on average.
+
+    Raises:
+        ValueError: `shown` and `rankings` differ in length.
     """
     if len(shown) != len(rankings):
         raise ValueError("one shown order per ranking")
