@@ -443,6 +443,25 @@ class BatchGrader:
         metrics["gagar/guard_fallback"] = float(fallback is not None)
         return metrics
 
+    def discard_pending(self) -> int:
+        """Forget every submission not yet collected (groups the trainer dropped, e.g. by a filter).
+
+        Queued gradings are cancelled, running ones finish and are discarded; their rows may be submitted
+        again.
+
+        Returns:
+            how many groups were discarded.
+        """
+        with self._lock:
+            pending = {id(s): s for s in self._owner.values()}
+            self._owner.clear()
+        for submission in pending.values():
+            submission.collected = True
+            submission.stop.set()
+            for future in (*submission.futures.values(), *submission.checks.values()):
+                future.cancel()
+        return sum(len(s.groups) for s in pending.values())
+
     def close(self) -> None:
         """Stop the worker threads (running gradings finish first); the Ray grader is left to its owner."""
         self._pool.shutdown(wait=True, cancel_futures=True)
