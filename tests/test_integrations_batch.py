@@ -300,3 +300,35 @@ def test_self_agreement_on_a_sample_guards_the_step() -> None:
     assert step.metrics["gagar/self_agreement"] < 0.5
     assert step.fallback is not None and step.fallback.startswith("self-agreement")
     assert np.all(step.weights == 1.0)
+
+
+class FirstShown:
+    """Shows the candidates in a random order and ranks them in the order shown, as a grader biased to
+    the first position would; reports labels and order as the LLM grader does."""
+
+    name = "first-shown"
+
+    def __init__(self) -> None:
+        self.rng = random.Random(1)
+        self.lock = threading.Lock()
+
+    def fingerprint(self) -> str:
+        return "first-shown"
+
+    def grade(self, view: GradingView) -> Grade:
+        ids = sorted(view.gradable())
+        with self.lock:
+            self.rng.shuffle(ids)
+        labels = {f"C{i}": [t] for i, t in enumerate(ids)}
+        return Grade(ranking=[[t] for t in ids], details={"labels": labels, "shown": list(labels)})
+
+
+def test_position_bias_is_measured_from_what_the_grader_showed() -> None:
+    rows = [r for k in range(3) for r in rows_of(example(), f"g{k}")]
+    biased = BatchGrader(FirstShown(), VERL_LIKE)
+    biased.submit(rows)
+    metrics = biased.weights(rows).metrics
+    assert metrics["gagar/position_bias"] == pytest.approx(1 - 1 / 5)  # 5 passing candidates shown
+    heuristic = BatchGrader(HeuristicGrader(), VERL_LIKE)
+    heuristic.submit(rows)
+    assert "gagar/position_bias" not in heuristic.weights(rows).metrics  # it shows nothing: not measured
