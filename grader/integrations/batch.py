@@ -117,7 +117,6 @@ class _Submission:
     flagged: dict[str, dict[str, list[str]]]
     submitted: float
     done_at: dict[str, float] = field(default_factory=dict)
-    collected: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
 
 
@@ -170,17 +169,17 @@ class BatchGrader:
             how many groups were sent to the grader.
         Raises:
             RowError: a row's group id, trajectory id, pass flag or response length is missing or malformed.
-            CollectError: a row was already submitted and not yet collected.
+            CollectError: a row's group was already submitted and not yet collected.
         """
         groups = group_rows(parse_rows(rows, self.mapping))
         now = time.monotonic()
         submission = _Submission(groups, {}, {}, {}, now)
         with self._lock:
-            clash = [key for g in groups for key in g.keys if key in self._owner]
+            # A group is graded whole: one pending submission per group id.
+            pending = {gid for gid, _ in self._owner}
+            clash = [g.group_id for g in groups if g.group_id in pending]
             if clash:
-                raise CollectError(
-                    f"trajectory {clash[0][1]!r} of group {clash[0][0]!r} was submitted and not yet collected"
-                )
+                raise CollectError(f"group {clash[0]!r} was submitted and not yet collected")
             for g in groups:
                 for key in g.keys:
                     self._owner[key] = submission
@@ -279,7 +278,6 @@ class BatchGrader:
                 if owner not in submissions:
                     submissions.append(owner)
             for submission in submissions:
-                submission.collected = True
                 for g in submission.groups:
                     for key in g.keys:
                         self._owner.pop(key, None)
@@ -456,7 +454,6 @@ class BatchGrader:
             pending = {id(s): s for s in self._owner.values()}
             self._owner.clear()
         for submission in pending.values():
-            submission.collected = True
             submission.stop.set()
             for future in (*submission.futures.values(), *submission.checks.values()):
                 future.cancel()

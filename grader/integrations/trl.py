@@ -69,6 +69,10 @@ def redistribute_gathered(
     of this process (e.g. ``prompts``, ``completions``, ``inputs``, ``response_lengths``, the last needed for
     ``preserve="token"``); ``weights_fn`` receives them gathered.
     Every process must call this (it runs collectives) and gets the same ``{group: reason}`` back.
+
+    Raises:
+        ValueError: the gathered rewards and advantages differ in length, ``preserve="token"`` without
+            ``response_lengths``, or weights of the wrong shape or not finite.
     """
     full = collectives.gather(local_advantages)
     n_local = int(local_advantages.shape[0])
