@@ -1,7 +1,7 @@
 """Batch grading for trainers: rows to groups, background grading, deadline, faults, metrics, the guard.
 
 Real parts: the bundled example group (a real git bundle), the real heuristic grader and the real pipeline;
-the graders written here are real `Grader`s that sleep, raise or rank at random on purpose.
+the graders written here are real `Grader`s that sleep, raise or contradict themselves on purpose.
 """
 
 from __future__ import annotations
@@ -24,17 +24,14 @@ from grader.pipeline import grade_group_sync
 from grader.view import GradingView
 from tests.conftest import EXAMPLE_GROUP
 
-# Rows as verl holds them: the group in "uid", the pass flag in "acc", patch and task in "extra_info".
+# Rows as verl might hold them: the group in "uid", the pass flag in "acc", patch and task in "extra_info".
 VERL_LIKE = RowMapping(
     group_id="uid",
     trajectory_id="idx",
     passed="acc",
     patch="extra_info.patch",
     response_length="length",
-    repo="extra_info.repo",
-    base_commit="extra_info.base_commit",
-    statement="extra_info.statement",
-    image="extra_info.image",
+    task="extra_info.task",
 )
 
 
@@ -51,12 +48,7 @@ def rows_of(group: Group, uid: str | None = None) -> list[dict[str, Any]]:
             "idx": t.id,
             "acc": float(bool(t.passed)),
             "length": 10 + len(t.patch) // 10,
-            "extra_info": {
-                "patch": t.patch,
-                "repo": group.task.repo,
-                "base_commit": group.task.base_commit,
-                "statement": group.task.statement,
-            },
+            "extra_info": {"patch": t.patch, "task": group.task.model_dump(exclude_none=True)},
         }
         for t in group.trajectories
     ]
@@ -85,22 +77,23 @@ class Crashing(HeuristicGrader):
         return super().grade(view)
 
 
-class Coin:
-    """Ranks the gradable candidates in a random order each time (no agreement with itself)."""
+class Flipping:
+    """Ranks a group's candidates one way, then the reverse the next time it sees the group: a grader that
+    disagrees with itself completely (Kendall tau -1), whatever order threads run in."""
 
-    name = "coin"
+    name = "flipping"
 
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
         self.lock = threading.Lock()
 
     def fingerprint(self) -> str:
-        return "coin"
+        return "flipping"
 
     def grade(self, view: GradingView) -> Grade:
-        ids = sorted(view.gradable())
         with self.lock:
-            self.rng.shuffle(ids)
+            count = self.seen[view.group_id] = self.seen.get(view.group_id, 0) + 1
+        ids = sorted(view.gradable(), reverse=count % 2 == 0)
         return Grade(ranking=[[t] for t in ids])
 
 
@@ -141,6 +134,22 @@ def test_bad_rows_are_errors_naming_row_and_field() -> None:
     assert grader.submit(rows_of(example())) == 1
 
 
+def test_task_fields_read_one_by_one_name_the_missing_one() -> None:
+    from grader.integrations.rows import group_rows, parse_rows, task_paths
+
+    mapping = RowMapping(**task_paths("info"))
+    row = {"group_id": "g", "trajectory_id": "t", "passed": 1, "patch": "", "info": {"repo": "r"}}
+    (parsed,) = parse_rows([row], mapping)
+    assert parsed.problem == "row 0: no task (base_commit: path 'info.base_commit' is missing)"
+    row["info"]["base_commit"] = "abc"
+    (group,) = group_rows(parse_rows([row], mapping))
+    assert group.problem is None and group.group is not None
+    assert group.group.task.repo == "r" and group.group.trajectories[0].metadata == {
+        "row": 0,
+        "response_length": None,
+    }
+
+
 # -- grading in the background -------------------------------------------------------------------------
 
 
@@ -153,8 +162,11 @@ def test_weights_match_the_pipeline_for_every_row_in_the_rows_order() -> None:
     del no_patch[1]["extra_info"]["patch"]  # a passing row: its group cannot be ranked
     no_task = rows_of(group, "no-task")
     for row in no_task:
-        del row["extra_info"]["base_commit"]
-    rows = rows_of(group) + all_pass + no_patch + no_task
+        del row["extra_info"]["task"]
+    bad_task = rows_of(group, "bad-task")
+    for row in bad_task:
+        del row["extra_info"]["task"]["base_commit"]
+    rows = rows_of(group) + all_pass + no_patch + no_task + bad_task
     grader = BatchGrader(HeuristicGrader(), VERL_LIKE, workers=2)
     assert grader.submit(rows) == 1  # only the mixed, readable group goes to the grader
     shuffled = random.Random(3).sample(rows, len(rows))  # the trainer may reorder rows between the two
@@ -170,12 +182,13 @@ def test_weights_match_the_pipeline_for_every_row_in_the_rows_order() -> None:
     at = next(i for i, row in enumerate(shuffled) if row is no_patch[1])  # named as given to weights()
     missing = f"ungraded: row {at}: no patch (path 'extra_info.patch' is missing)"
     assert step.group_reasons["no-patch"] == missing
-    assert "no task (base_commit: path 'extra_info.base_commit' is missing)" in step.group_reasons["no-task"]
+    assert "no task (path 'extra_info.task' is missing)" in step.group_reasons["no-task"]
+    assert "invalid task: base_commit: Field required" in step.group_reasons["bad-task"]
     assert step.response_lengths == [row["length"] for row in shuffled]
     metrics = step.metrics
-    assert metrics["gagar/groups"] == 4
-    assert metrics["gagar/graded"] == metrics["gagar/skipped"] == 0.25
-    assert metrics["gagar/ungraded"] == 0.5
+    assert metrics["gagar/groups"] == 5
+    assert metrics["gagar/graded"] == metrics["gagar/skipped"] == 0.2
+    assert metrics["gagar/ungraded"] == 0.6
     assert metrics["gagar/weight_min"] == min(expected.weights.values())
     assert 0 < metrics["gagar/latency_p50"] <= metrics["gagar/latency_p95"]
     assert metrics["gagar/flag_share"] == 0.0 and metrics["gagar/guard_fallback"] == 0.0
@@ -293,34 +306,25 @@ def test_self_agreement_on_a_sample_guards_the_step() -> None:
     step = steady.weights(rows)
     assert step.metrics["gagar/self_checked"] == 2 and step.metrics["gagar/self_agreement"] == 1.0
     assert step.fallback is None and step.weights.min() < 1.0
-    erratic = BatchGrader(Coin(0), VERL_LIKE, guard=GuardConfig(self_check_share=1.0, min_agreement=0.5))
+    erratic = BatchGrader(Flipping(), VERL_LIKE, guard=GuardConfig(self_check_share=1.0, min_agreement=0.5))
     erratic.submit(rows)
     step = erratic.weights(rows)
     assert step.metrics["gagar/self_checked"] == 4
-    assert step.metrics["gagar/self_agreement"] < 0.5
+    assert step.metrics["gagar/self_agreement"] == -1.0
     assert step.fallback is not None and step.fallback.startswith("self-agreement")
     assert np.all(step.weights == 1.0)
 
 
-class FirstShown:
-    """Shows the candidates in a random order and ranks them in the order shown, as a grader biased to
-    the first position would; reports labels and order as the LLM grader does."""
+class FirstShown(Flipping):
+    """Ranks the candidates in the order it showed them, as a grader biased to the first position would;
+    reports labels and order as the LLM grader does."""
 
     name = "first-shown"
 
-    def __init__(self) -> None:
-        self.rng = random.Random(1)
-        self.lock = threading.Lock()
-
-    def fingerprint(self) -> str:
-        return "first-shown"
-
     def grade(self, view: GradingView) -> Grade:
-        ids = sorted(view.gradable())
-        with self.lock:
-            self.rng.shuffle(ids)
-        labels = {f"C{i}": [t] for i, t in enumerate(ids)}
-        return Grade(ranking=[[t] for t in ids], details={"labels": labels, "shown": list(labels)})
+        ranking = super().grade(view).ranking
+        labels = {f"C{i}": tier for i, tier in enumerate(ranking)}
+        return Grade(ranking=ranking, details={"labels": labels, "shown": list(labels)})
 
 
 def test_position_bias_is_measured_from_what_the_grader_showed() -> None:

@@ -23,7 +23,16 @@ from pydantic import ValidationError
 from grader.errors import GagarError
 from grader.models import Group, Task, Trajectory, complete_group
 
-__all__ = ["MappingError", "ParsedRow", "RowError", "RowGroup", "RowMapping", "group_rows", "parse_rows"]
+__all__ = [
+    "MappingError",
+    "ParsedRow",
+    "RowError",
+    "RowGroup",
+    "RowMapping",
+    "group_rows",
+    "parse_rows",
+    "task_paths",
+]
 
 FieldSpec = str | Callable[[Any], Any]
 """Where a field is found: a key path (keys or attributes, dots between) or a function of the row."""
@@ -109,6 +118,17 @@ class RowMapping:
         """How field `name` is read, for messages: ``'path extra_info.repo'`` or ``'function f'``."""
         spec = getattr(self, name)
         return f"function {_spec_name(spec)}" if callable(spec) else f"path {spec!r}"
+
+
+def task_paths(prefix: str) -> dict[str, str]:
+    """Key paths of the task's fields under one place of the row, as `RowMapping` keyword arguments.
+
+    Args:
+        prefix: where the task's fields are, e.g. ``"extra_info"``.
+    Returns:
+        ``{"repo": "<prefix>.repo", "base_commit": ..., "statement": ..., "image": ...}``.
+    """
+    return {name: f"{prefix}.{name}" for name in TASK_FIELDS}
 
 
 def _spec_name(spec: Callable[[Any], Any]) -> str:

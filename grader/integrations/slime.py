@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from grader.integrations.batch import BatchGrader, StepWeights
-from grader.integrations.rows import RowMapping
+from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages
 from grader.integrations.weights import WeightsFn, call_weights_fn
 from grader.redistribute import Preserve, is_mixed_group
@@ -61,13 +61,7 @@ __all__ = [
 WEIGHT_KEY = "gagar_weight"
 GROUP_KEY = "gagar_group"
 TRAJECTORY_KEY = "gagar_trajectory"
-SLIME_MAPPING = RowMapping(
-    patch="patch",
-    repo="metadata.repo",
-    base_commit="metadata.base_commit",
-    statement="metadata.statement",
-    image="metadata.image",
-)
+SLIME_MAPPING = RowMapping(**task_paths("metadata"))
 """The default mapping for :func:`slime_rows`: patch and task in each sample's metadata."""
 # The estimators whose slime rewards are group-relative advantages with a positive passing value.
 _STD_ESTIMATORS = ("grpo", "gspo", "cispo")

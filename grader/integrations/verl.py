@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from grader.integrations.batch import BatchGrader
-from grader.integrations.rows import RowMapping
+from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.weights import WeightsFn, call_weights_fn
 from grader.redistribute import Preserve, mixed_group_mask
@@ -60,17 +60,7 @@ __all__ = [
 PASS_FLAG_KEY = "acc"
 ROW_KEY = "gagar_trajectory"
 METRICS_KEY = "gagar_metrics"
-VERL_MAPPING = RowMapping(
-    group_id="group_id",
-    trajectory_id="trajectory_id",
-    passed="passed",
-    patch="patch",
-    response_length="response_length",
-    repo="extra_info.repo",
-    base_commit="extra_info.base_commit",
-    statement="extra_info.statement",
-    image="extra_info.image",
-)
+VERL_MAPPING = RowMapping(**task_paths("extra_info"))
 """The default mapping for :func:`verl_rows`: the patch in a ``patch`` column (``non_tensor_batch`` or the
 reward function's extra infos), the task in the dataset row's ``extra_info``."""
 _TOKEN_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-sum-norm")
