@@ -246,3 +246,29 @@ def test_real_trainer_grades_real_patches_during_the_step(tmp_path: Path) -> Non
 def test_trainer_needs_exactly_one_source_of_weights(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="exactly one of grader or weights_fn"):
         tiny_trainer(tmp_path, weights_fn=None)
+
+
+def test_real_trainer_waits_no_longer_than_the_deadline(tmp_path: Path) -> None:
+    import time
+
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations.batch import BatchGrader
+    from grader.integrations.rows import RowMapping
+
+    class Slow(HeuristicGrader):
+        def grade(self, view):  # type: ignore[no-untyped-def]
+            time.sleep(5)
+            return super().grade(view)
+
+    grader = BatchGrader(Slow(), RowMapping(patch=lambda row: row["patches"][int(row["trajectory_id"])]))
+    trainer = tiny_trainer(
+        tmp_path, reward=candidate_passes, dataset_rows=example_rows(), grader=grader, deadline=0.5
+    )
+    trainer.model.train()
+    started = time.monotonic()
+    output = trainer._generate_and_score_completions([row for row in example_rows() for _ in range(G)])
+    assert time.monotonic() - started < 4  # the step did not wait for the 5 s grading
+    trls_own = torch.tensor(list(trainer._logs["advantages"]), dtype=output["advantages"].dtype)
+    assert torch.equal(output["advantages"], trls_own)  # late groups keep TRL's advantages
+    assert trainer._metrics["train"]["gagar/late"] == [1.0]
+    assert 0.5 <= trainer._metrics["train"]["gagar/waited"][0] < 1.0
