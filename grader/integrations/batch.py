@@ -123,11 +123,18 @@ class _Submission:
 class BatchGrader:
     """Grades a trainer's rows in the background; the trainer collects one weight per row by a deadline.
 
-    Give a `grader` (graded in threads, `workers` groups at once) or a `ray_grader`
-    (:class:`~grader.integrations.ray.RayGrader`, groups spread over its actors). `regrader` grades the
-    self-check sample (default: the grader itself, which for the LLM grader with no fixed seed means fresh
-    labels). `options` are the grading options (scheme, floor, ...); `deadline` the default wait of
-    `weights()` in seconds (None: until every group is done).
+    Args:
+        grader: the grader, run in threads (give this or `ray_grader`).
+        mapping: where each row holds its fields (default: `RowMapping()`'s names).
+        options: grading options (scheme, floor, preserve of the results, ...).
+        workers: groups graded at once in threads.
+        ray_grader: a :class:`~grader.integrations.ray.RayGrader` spreading groups over its actors.
+        regrader: grades the self-check sample (default: the grader itself, which for the LLM grader with no
+            fixed seed means fresh labels).
+        guard: the guard's settings (`GuardConfig`).
+        deadline: the default wait of `weights()` in seconds (None: until every group is done).
+    Raises:
+        ValueError: both or neither of `grader` and `ray_grader` given.
     """
 
     def __init__(
