@@ -6,12 +6,14 @@ of the bundled example group are graded per step, `--workers` at once.
 
 - baseline: `submit(rows)` then `weights(rows)` at once: the trainer waits for the whole grading;
 - overlapped: `submit(rows)`, `--work` seconds of the trainer's other work (log-probs; a sleep here, as the
-  CPU waits on a GPU), then `weights(rows)`: the wait left is what the overlap did not hide;
+  CPU waits on a GPU), then `weights(rows)`: the wait left is the grading time the work did not hide
+  (about grading p95 minus `--work`; on a loaded machine the workspace builds stretch the grading);
 - deadline: `weights(rows, deadline=--deadline)` with no other work: returns at the deadline, groups late.
 
     python bench/trainer_wait.py              # 8 groups, 2 s grader, 2.5 s of other work (about 10 s)
 
-Targets: the overlapped wait is at most 0.1 of the baseline's; the deadline is overrun by at most 0.2 s.
+Targets: the other work is hidden: the overlapped wait is at most max(0, grading p95 - work) + 0.2 s (on an
+idle machine 8 gradings take about 2.6 s, so 0.1 s is left); the deadline is overrun by at most 0.2 s.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ def rows(step: int, groups: int) -> list[dict[str, object]]:
     ]
 
 
+def timing(metrics: dict[str, float]) -> tuple[float, float]:
+    """(seconds the trainer waited, p95 seconds from submit to a group's result; nan when none finished)."""
+    return metrics["gagar/waited"], metrics.get("gagar/latency_p95", float("nan"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -70,30 +77,32 @@ def main() -> None:
         step = rows(1, args.groups)
         batch.submit(step)
         result = batch.weights(step)
-        figures["baseline"] = (result.metrics["gagar/waited"], result.metrics["gagar/graded"])
+        figures["baseline"] = (*timing(result.metrics), result.metrics["gagar/graded"])
 
         step = rows(2, args.groups)
         batch.submit(step)
         time.sleep(args.work)
         result = batch.weights(step)
-        figures["overlapped"] = (result.metrics["gagar/waited"], result.metrics["gagar/graded"])
+        figures["overlapped"] = (*timing(result.metrics), result.metrics["gagar/graded"])
 
         step = rows(3, args.groups)
         batch.submit(step)
         result = batch.weights(step, deadline=args.deadline)
-        figures["deadline"] = (result.metrics["gagar/waited"], result.metrics["gagar/late"])
+        figures["deadline"] = (*timing(result.metrics), result.metrics["gagar/late"])
         batch.discard_pending()
         batch.close()
 
     print(f"{args.groups} groups, grader {args.latency:g} s per grading, {args.workers} at once")
-    print(f"{'run':11} {'waited s':>9} {'share':>6}")
-    print(f"{'baseline':11} {figures['baseline'][0]:9.3f} {figures['baseline'][1]:6.2f} graded")
-    print(f"{'overlapped':11} {figures['overlapped'][0]:9.3f} {figures['overlapped'][1]:6.2f} graded")
-    print(f"{'deadline':11} {figures['deadline'][0]:9.3f} {figures['deadline'][1]:6.2f} late")
-    ratio = figures["overlapped"][0] / figures["baseline"][0]
+    print(f"{'run':11} {'waited s':>9} {'grading p95 s':>14} {'share':>6}")
+    for name, what in (("baseline", "graded"), ("overlapped", "graded"), ("deadline", "late")):
+        waited, p95, share = figures[name]
+        print(f"{name:11} {waited:9.3f} {p95:14.3f} {share:6.2f} {what}")
+    waited, p95, _ = figures["overlapped"]
+    ratio = waited / figures["baseline"][0]
+    unhidden = max(0.0, p95 - args.work)
     overrun = figures["deadline"][0] - args.deadline
-    print(f"overlapped / baseline wait: {ratio:.3f}; deadline overrun {overrun:+.3f} s")
-    print(f"{'PASS' if ratio <= 0.1 else 'FAIL'} overlapped wait <= 0.1 of baseline")
+    print(f"overlapped / baseline wait: {ratio:.3f}; grading left after the work {unhidden:.3f} s")
+    print(f"{'PASS' if waited <= unhidden + 0.2 else 'FAIL'} overlapped wait <= unhidden grading + 0.2 s")
     print(f"{'PASS' if overrun <= 0.2 else 'FAIL'} deadline overrun <= 0.2 s")
 
 
