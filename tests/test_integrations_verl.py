@@ -181,6 +181,10 @@ def test_grading_overlaps_verls_log_probs_and_lands_in_its_advantages_and_metric
         # The order fit() calls them in: reward, then old log-probs (grading runs meanwhile), then advantages.
         reward_tensor, extras = ray_trainer.extract_reward(batch)
         assert set(extras) == {"patch", "acc"}
+        validation = generated_batch(uids, patches, scores, task)
+        validation.meta_info["validate"] = True  # as verl's _validate marks its batches
+        ray_trainer.extract_reward(validation)
+        assert "gagar_trajectory" not in validation.non_tensor_batch  # not submitted
         old = DataProto.from_dict(tensors={"old_log_probs": torch.zeros(len(scores), RESPONSE_LENGTH)})
         batch = batch.union(old)
         batch.reorder(torch.tensor(list(reversed(range(len(scores))))))  # rows may move; ids travel along

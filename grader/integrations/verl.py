@@ -296,6 +296,8 @@ def install_grader(
     @functools.wraps(base["extract_reward"])
     def extract_reward(batch: Any) -> Any:
         reward_tensor, extra = base["extract_reward"](batch)
+        if batch.meta_info.get("validate"):  # verl's validation scores too; nothing to train, so no grading
+            return reward_tensor, extra
         batch.non_tensor_batch[ROW_KEY] = np.array([str(i) for i in range(len(batch))], dtype=object)
         grader.submit(verl_rows(batch, reward_tensor, dict(extra or {}), pass_threshold))
         return reward_tensor, extra
