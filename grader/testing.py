@@ -200,3 +200,45 @@ class ScriptedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def tiny_llama(
+    words: list[str], pre_tokenizer: Any = None, hidden_size: int = 16, seed: int = 0
+) -> tuple[Any, Any]:
+    """A one-layer random Llama and a word-level fast tokenizer over `words`, built in memory (no model hub):
+    what the TRL tests and examples train on the CPU. Needs torch, tokenizers and transformers.
+
+    Args:
+        words: the vocabulary; the first three are the pad, unknown and end-of-sequence tokens.
+        pre_tokenizer: how text is split into words (default: on whitespace, which it drops).
+        hidden_size: the model's width (its MLP is twice as wide).
+        seed: torch's seed for the random weights.
+
+    Returns:
+        (model, tokenizer).
+    """
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    pad, unknown, eos = words[:3]
+    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token=unknown))
+    backend.pre_tokenizer = pre_tokenizer or Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=pad, eos_token=eos, unk_token=unknown
+    )
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+    )
+    return LlamaForCausalLM(config), tokenizer

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch", reason="the integrations extra is not insta
 pytest.importorskip("trl", reason="trl is not installed (pip install 'gagar[integrations]')")
 from grader.integrations.trl import Collectives, GagarGRPOTrainer, redistribute_gathered  # noqa: E402
 from grader.redistribute import redistribute_batch  # noqa: E402
+from grader.testing import tiny_llama  # noqa: E402
 
 G = 4  # num_generations
 
@@ -93,9 +94,8 @@ def tiny_trainer(
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from grader.integrations.tiny import tiny_llama
-
-    model, tokenizer = tiny_llama()
+    words = ["[PAD]", "[UNK]", "[EOS]", "fix", "the", "bug", "in", "stock", "py", "return", "total"]
+    model, tokenizer = tiny_llama(words)
     args = GRPOConfig(
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,

@@ -21,8 +21,8 @@ from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
 from grader.integrations.batch import BatchGrader
 from grader.integrations.rows import RowMapping
-from grader.integrations.tiny import tiny_llama
 from grader.integrations.trl import GagarGRPOTrainer
+from grader.testing import tiny_llama
 
 G = 4
 (example,) = load_group_file(Path(__file__).resolve().parents[1] / "inventory_group.json")
@@ -53,7 +53,8 @@ def passes_tests(completions: list[Any], passes: list[list[float]], **kwargs: An
 # base_commit, statement) are dataset columns, read by the default mapping's names.
 mapping = RowMapping(patch=lambda row: row["patches"][int(row["trajectory_id"])])
 grader = BatchGrader(HeuristicGrader(), mapping, workers=2)
-model, tokenizer = tiny_llama()
+words = ["[PAD]", "[UNK]", "[EOS]", "fix", "the", "bug", "in", "stock", "py", "return", "total"]
+model, tokenizer = tiny_llama(words)
 with tempfile.TemporaryDirectory() as out:
     trainer = GagarGRPOTrainer(
         model=model,
