@@ -133,31 +133,11 @@ def test_pass_flag_reward_and_mixed_rows_match_dapo_filter() -> None:
 
 
 def generated_batch(group_ids: list[str], patches: list[str], scores: list[float], task: dict) -> DataProto:
-    """A batch as verl's fit loop holds it at the reward step: prompts, responses, masks, rm_scores, the
-    dataset row's extra_info and the reward function's extras (patch, acc) listed in reward_extra_keys."""
-    bs, prompt_len = len(scores), 3
-    lengths = [2 + (3 * i) % (RESPONSE_LENGTH - 1) for i in range(bs)]
-    mask = torch.zeros(bs, RESPONSE_LENGTH)
-    rm_scores = torch.zeros(bs, RESPONSE_LENGTH)
-    for row, (score, length) in enumerate(zip(scores, lengths, strict=True)):
-        mask[row, :length] = 1
-        rm_scores[row, length - 1] = score
-    return DataProto.from_dict(
-        tensors={
-            "prompts": torch.ones(bs, prompt_len, dtype=torch.long),
-            "responses": torch.ones(bs, RESPONSE_LENGTH, dtype=torch.long),
-            "attention_mask": torch.cat([torch.ones(bs, prompt_len), mask], dim=1).long(),
-            "response_mask": mask,
-            "rm_scores": rm_scores,
-        },
-        non_tensors={
-            "uid": np.array(group_ids, dtype=object),
-            "extra_info": np.array([dict(task) for _ in scores], dtype=object),
-            "patch": np.array(patches, dtype=object),
-            "acc": np.array(scores, dtype=object),
-        },
-        meta_info={"reward_extra_keys": ["patch", "acc"]},
-    )
+    """A batch at the reward step, with response lengths that vary from row to row."""
+    from grader.testing import verl_reward_batch
+
+    lengths = [2 + (3 * i) % (RESPONSE_LENGTH - 1) for i in range(len(scores))]
+    return verl_reward_batch(group_ids, patches, scores, lengths, task, RESPONSE_LENGTH)
 
 
 def test_grading_overlaps_verls_log_probs_and_lands_in_its_advantages_and_metrics() -> None:

@@ -14,44 +14,31 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-from verl import DataProto
 from verl.trainer.ppo import ray_trainer
 
 from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
 from grader.integrations.batch import BatchGrader
 from grader.integrations.verl import VERL_MAPPING, install_grader
+from grader.testing import verl_reward_batch
 
 (example,) = load_group_file(Path(__file__).resolve().parents[1] / "inventory_group.json")
 trajectories = example.trajectories
-bs, prompt_length, response_length = len(trajectories), 4, 12
-lengths = [12, 5, 9, 3, 7, 11, 2][:bs]
-mask = torch.zeros(bs, response_length)
-rm_scores = torch.zeros(bs, response_length)
-for row, (t, length) in enumerate(zip(trajectories, lengths, strict=True)):
-    mask[row, :length] = 1
-    rm_scores[row, length - 1] = float(bool(t.passed))
+lengths = [12, 5, 9, 3, 7, 11, 2][: len(trajectories)]
 task = {
     "repo": example.task.repo,
     "base_commit": example.task.base_commit,
     "statement": example.task.statement,
 }
-batch = DataProto.from_dict(
-    tensors={
-        "prompts": torch.ones(bs, prompt_length, dtype=torch.long),
-        "responses": torch.ones(bs, response_length, dtype=torch.long),
-        "attention_mask": torch.cat([torch.ones(bs, prompt_length), mask], dim=1).long(),
-        "response_mask": mask,
-        "rm_scores": rm_scores,
-    },
-    non_tensors={
-        "uid": np.array(["prompt-0"] * bs, dtype=object),
-        "extra_info": np.array([dict(task) for _ in trajectories], dtype=object),
-        "patch": np.array([t.patch for t in trajectories], dtype=object),
-    },
-    meta_info={"reward_extra_keys": ["patch"]},
+# The batch as verl's reward step leaves it: the task in extra_info, the patch and pass flag (acc) returned
+# by the reward function, the score on each response's last token.
+batch = verl_reward_batch(
+    group_ids=["prompt-0"] * len(trajectories),
+    patches=[t.patch for t in trajectories],
+    scores=[float(bool(t.passed)) for t in trajectories],
+    lengths=lengths,
+    task=task,
+    response_length=12,
 )
 
 grader = BatchGrader(HeuristicGrader(), VERL_MAPPING)
