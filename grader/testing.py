@@ -242,3 +242,57 @@ def tiny_llama(
         bos_token_id=None,
     )
     return LlamaForCausalLM(config), tokenizer
+
+
+def verl_reward_batch(
+    group_ids: list[str],
+    patches: list[str],
+    scores: list[float],
+    lengths: list[int],
+    task: dict[str, Any],
+    response_length: int,
+    prompt_length: int = 3,
+) -> Any:
+    """A verl ``DataProto`` as verl's fit loop holds it at the reward step, for the verl adapter's tests and
+    example: prompts, responses, masks, ``rm_scores`` (the score on each response's last token), the dataset
+    row's ``extra_info`` (the task) and the reward function's extras (``patch``, ``acc``) listed in
+    ``meta_info["reward_extra_keys"]``. Needs torch and verl.
+
+    Args:
+        group_ids: the ``uid`` of each row.
+        patches: each row's patch.
+        scores: each row's score.
+        lengths: each row's response length in tokens (at most `response_length`).
+        task: the task fields every row's ``extra_info`` holds.
+        response_length: the padded response width.
+        prompt_length: the padded prompt width.
+
+    Returns:
+        the ``DataProto``.
+    """
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    bs = len(scores)
+    mask = torch.zeros(bs, response_length)
+    rm_scores = torch.zeros(bs, response_length)
+    for row, (score, length) in enumerate(zip(scores, lengths, strict=True)):
+        mask[row, :length] = 1
+        rm_scores[row, length - 1] = score
+    return DataProto.from_dict(
+        tensors={
+            "prompts": torch.ones(bs, prompt_length, dtype=torch.long),
+            "responses": torch.ones(bs, response_length, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(bs, prompt_length), mask], dim=1).long(),
+            "response_mask": mask,
+            "rm_scores": rm_scores,
+        },
+        non_tensors={
+            "uid": np.array(group_ids, dtype=object),
+            "extra_info": np.array([dict(task) for _ in scores], dtype=object),
+            "patch": np.array(patches, dtype=object),
+            "acc": np.array(scores, dtype=object),
+        },
+        meta_info={"reward_extra_keys": ["patch", "acc"]},
+    )
