@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
+from types import SimpleNamespace
 from typing import Any
 
 Policy = Callable[[dict[str, Any], int], "Reply"]
@@ -296,3 +297,29 @@ def verl_reward_batch(
         },
         meta_info={"reward_extra_keys": ["patch", "acc"]},
     )
+
+
+@dataclass
+class SlimeSample:
+    """The parts of slime's ``Sample`` gagar's slime adapter reads (slime is not on PyPI): the reward, the
+    response length and the metadata a ``--group-rm`` reward function fills."""
+
+    reward: float
+    response_length: int = 10
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def get_reward_value(self, args: Any) -> float:
+        return self.reward
+
+
+def slime_args(**overrides: Any) -> SimpleNamespace:
+    """slime's argument namespace as its GRPO reward normalization reads it (4 samples a prompt, 2 prompts),
+    with `overrides` applied."""
+    defaults: dict[str, Any] = dict(
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        n_samples_per_prompt=4,
+        rollout_batch_size=2,
+    )
+    return SimpleNamespace(**{**defaults, **overrides})

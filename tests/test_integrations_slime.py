@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,30 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the integrations extra is not installed")
 from grader.integrations import slime  # noqa: E402
-
-
-@dataclass
-class Sample:
-    """The parts of slime's Sample the adapter reads."""
-
-    reward: float
-    response_length: int = 10
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def get_reward_value(self, args: Any) -> float:
-        return self.reward
-
-
-def args(**overrides: Any) -> SimpleNamespace:
-    defaults = dict(
-        advantage_estimator="grpo",
-        rewards_normalization=True,
-        grpo_std_normalization=True,
-        n_samples_per_prompt=4,
-        rollout_batch_size=2,
-    )
-    return SimpleNamespace(**{**defaults, **overrides})
-
+from grader.testing import SlimeSample as Sample  # noqa: E402
+from grader.testing import slime_args as args  # noqa: E402
 
 REWARDS = [1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
 

@@ -1,19 +1,17 @@
 """slime: the reward post-process on slime's sample shapes, then grading during the rollout.
 
-slime is not on PyPI, so this stands in a minimal Sample (the reward, the response length, the metadata
-that a --group-rm reward function filled with gagar weights) and slime's argument namespace. The second
-part grades during the rollout: `SlimeGrading.group_rm` (the --custom-rm-path function under --group-rm)
-submits each group of the bundled example's patches to the real heuristic grader as it is generated, and
-`SlimeGrading.reward_post_process` collects the weights. Run: python examples/integrations/slime_grpo.py
-(needs torch).
+slime is not on PyPI, so `grader.testing` stands in a minimal Sample (the reward, the response length,
+the metadata that a --group-rm reward function filled with gagar weights) and slime's argument namespace.
+The second part grades during the rollout: `SlimeGrading.group_rm` (the --custom-rm-path function under
+--group-rm) submits each group of the bundled example's patches to the real heuristic grader as it is
+generated, and `SlimeGrading.reward_post_process` collects the weights. Run: python
+examples/integrations/slime_grpo.py (needs torch).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from grader.formats import load_group_file
@@ -26,25 +24,10 @@ from grader.integrations.slime import (
     keep_mixed_groups,
     reward_post_process,
 )
+from grader.testing import SlimeSample as Sample
+from grader.testing import slime_args
 
-
-@dataclass
-class Sample:
-    reward: float
-    response_length: int
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def get_reward_value(self, args: Any) -> float:
-        return self.reward
-
-
-args = SimpleNamespace(
-    advantage_estimator="grpo",
-    rewards_normalization=True,
-    grpo_std_normalization=True,
-    n_samples_per_prompt=4,
-    rollout_batch_size=2,
-)
+args = slime_args()
 rewards = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
 weights = [1.0, 0.5, 1.0, 0.75, 1.0, 1.0, 1.0, 1.0]
 samples = [

@@ -163,6 +163,9 @@ class GagarGRPOTrainer(GRPOTrainer):
     inside the step: it is submitted and collected back to back, and ``deadline`` bounds the wait. The
     grader's metrics (``gagar/...``) go to TRL's own metric logging; ``self.gagar_unchanged`` holds the
     last step's ``{group: reason}`` and ``self.gagar_step`` the grader's last ``StepWeights``.
+
+    Raises:
+        ValueError: (constructor) neither or both of ``grader`` and ``weights_fn`` are given.
     """
 
     def __init__(
