@@ -110,32 +110,21 @@ def test_every_broken_rule_is_listed_in_one_error(tiny: Path) -> None:
         tiny / "provenance.json", lambda p: p["bundles"]["bundles/inventory.bundle"].update(tree="0" * 40)
     )
     edit_json(tiny / "provenance.json", lambda p: p["patches"]["inv-ranking"].pop("edits-tests"))
-    # Files that do not read stop the checks across files: (file, spoil, mend).
-    unreadable = [
-        (
-            "benchmark.json",
-            lambda m: m["sources"][0].pop("licence"),
-            lambda m: m["sources"][0].update(licence="A"),
-        ),
-        (
-            "split.json",
-            lambda s: s["dev"].remove("inventory/consensus"),
-            lambda s: s["dev"].append("inventory/consensus"),
-        ),
-        (
-            "probes.json",
-            lambda p: p[1].update(command="python {script}"),
-            lambda p: p[1].update(command="python {probe}"),
-        ),
-    ]
-    for name, spoil, _ in unreadable:
+    # Files that do not read stop the checks across files: spoil them, then put them back as they were.
+    unreadable = {
+        "benchmark.json": lambda m: m["sources"][0].pop("licence"),
+        "split.json": lambda s: s["dev"].remove("inventory/consensus"),
+        "probes.json": lambda p: p[1].update(command="python {script}"),
+    }
+    originals = {name: (tiny / name).read_bytes() for name in unreadable}
+    for name, spoil in unreadable.items():
         edit_json(tiny / name, spoil)
     message = problems(tiny)
     assert "benchmark.json: source 0 needs a repository and a licence" in message
     assert "split.json: instance 'inventory/consensus' is in no split" in message
     assert "probes.json[1]: command 'python {script}': only {probe} may be in braces" in message
-    for name, _, mend in unreadable:
-        edit_json(tiny / name, mend)
+    for name, original in originals.items():
+        (tiny / name).write_bytes(original)
     message = problems(tiny)
     assert "'wrong-value' is not a passing trajectory of the group" in message
     assert "behaviour pair reformats-report > wrong-value: no probe" in message
