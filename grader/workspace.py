@@ -28,7 +28,7 @@ from unidiff import PatchSet
 
 from grader import patches
 from grader.concurrency import Concurrency, default_resources
-from grader.errors import WorkspaceError
+from grader.errors import BaseCommitMissing, WorkspaceError
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
 from grader.mirrors import MirrorCache, shared_cache
 from grader.models import Group, PatchStats, Task
@@ -456,7 +456,9 @@ def open_workspace(
     mirrors = mirrors or shared_cache()
     try:
         mirror = mirrors.mirror(group.task.repo, group.task.base_commit)
-    except (FileNotFoundError, LookupError, GitError) as exc:
+    except LookupError as exc:
+        raise BaseCommitMissing(f"group {group.group_id!r}: {exc}") from exc
+    except (FileNotFoundError, GitError) as exc:
         raise WorkspaceError(f"group {group.group_id!r}: {exc}") from exc
     if root is None:
         path = Path(tempfile.mkdtemp(prefix=f"gagar-{ref_name(group.group_id)}-"))

@@ -10,6 +10,9 @@ import pytest
 
 from grader.formats import load_groups
 from grader.graders.base import Grade
+from grader.graders.heuristic import HeuristicGrader
+from grader.mirrors import MirrorCache
+from grader.outcomes import Outcome
 from grader.pipeline import GradingOptions, grade_group_sync
 from tests.conftest import EXAMPLE_GROUP, FIX, RepoFactory, run_gagar
 
@@ -220,3 +223,31 @@ def test_load_errors_become_failed_results(tmp_path: Path) -> None:
 
     result = grade_group_sync(item, HeuristicGrader())
     assert result.group_id == "broken" and result.status == "failed" and "task.repo" in result.reason
+
+
+def test_a_missing_base_is_not_hidden_behind_sampling(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    """A single-passing group (which sampling skips) with a base that does not exist fails naming the commit
+    where the repository is mirrored, and says the base was not checked where it is not."""
+    missing = "0" * 40
+    single = repo.group({"a": (repo.patch(FIX), True), "f": ("", False)}, group_id="single")
+    broken = single.model_copy(update={"task": single.task.model_copy(update={"base_commit": missing})})
+    options = GradingOptions(mirrors=mirrors)
+
+    unchecked = grade_group_sync(broken, HeuristicGrader(), options)
+    assert unchecked.status == "skipped" and "base commit not checked" in unchecked.reason
+    assert not mirrors.path_for(single.task.repo).exists()  # the lookup neither cloned nor fetched
+
+    mirrors.mirror(single.task.repo, repo.base)  # now the repository is mirrored (at its real base)
+    failed = grade_group_sync(broken, HeuristicGrader(), options)
+    assert failed.status == "failed" and failed.outcome == Outcome.BASE_MISSING
+    assert missing in failed.reason and "'single'" in failed.reason
+    assert failed.advantages_after == failed.advantages_before
+
+    fine = grade_group_sync(single, HeuristicGrader(), options)
+    assert (
+        fine.status == "skipped" and fine.reason == "a single passing trajectory: nothing to rank it against"
+    )
+
+    graded = repo.group({"a": (repo.patch(FIX), True), "b": (repo.patch(FIX), True), "f": ("", False)})
+    graded = graded.model_copy(update={"task": graded.task.model_copy(update={"base_commit": missing})})
+    assert grade_group_sync(graded, HeuristicGrader(), options).outcome == Outcome.BASE_MISSING
