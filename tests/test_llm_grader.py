@@ -289,7 +289,7 @@ def _docker_reason() -> str | None:
 def _containers_of_this_process() -> set[str]:
     import docker
 
-    from grader.sandbox.docker import LABEL, LABEL_HOST, LABEL_PID
+    from grader.sandbox.leftovers import LABEL, LABEL_HOST, LABEL_PID
 
     mine = [f"{LABEL}=1", f"{LABEL_PID}={os.getpid()}", f"{LABEL_HOST}={socket.gethostname()}"]
     return {c.name for c in docker.from_env().containers.list(all=True, filters={"label": mine})}

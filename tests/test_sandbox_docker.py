@@ -201,16 +201,63 @@ def _exists(container_id: str) -> bool:
     return True
 
 
-def test_sigkill_leaves_a_container_that_cleanup_removes(images, tmp_path) -> None:
-    from grader.sandbox.leftovers import cleanup_leftovers
+def _owned_by(pid: int) -> list[str]:
+    """Containers the Docker engine holds for the grading process `pid` on this host (counted by label)."""
+    import socket
 
-    proc, container_id = spawn_grader(tmp_path, "docker")
-    proc.kill()
-    proc.wait()
-    assert _exists(container_id)
-    removed = cleanup_leftovers()
-    assert removed
-    assert not _exists(container_id)
+    import docker
+
+    labels = ["gagar.sandbox=1", f"gagar.pid={pid}", f"gagar.host={socket.gethostname()}"]
+    return [c.name for c in docker.from_env().containers.list(all=True, filters={"label": labels})]
+
+
+def test_after_kill_9_the_next_grading_start_leaves_none_of_the_owners(images, tmp_path) -> None:
+    killed, _ = spawn_grader(tmp_path / "killed", "docker")
+    killed.kill()  # SIGKILL: nothing in the process runs, its container stays
+    killed.wait()
+    assert len(_owned_by(killed.pid)) == 1
+    successor, _ = spawn_grader(tmp_path / "next", "docker")  # reaps before its first sandbox
+    try:
+        assert _owned_by(killed.pid) == []
+        assert len(_owned_by(successor.pid)) == 1  # a live owner's container is left alone
+    finally:
+        successor.send_signal(signal.SIGTERM)
+        successor.wait(timeout=30)
+    assert _owned_by(successor.pid) == []
+
+
+def test_a_container_ends_by_itself_within_its_lifetime(images, tmp_path) -> None:
+    lifetime = 12.0
+    limits = {"timeout": 2, "kill_after": 1, "watchdog_grace": 1, "lifetime": lifetime}
+    started = time.monotonic()
+    owner, container_id = spawn_grader(tmp_path, "docker", limits)
+    # A stopped owner is alive to every reaper (like an owner on another host) but closes nothing:
+    # only the container's own lifetime can end it.
+    owner.send_signal(signal.SIGSTOP)
+    try:
+        assert _exists(container_id)
+        while _exists(container_id) and time.monotonic() - started < lifetime + 30:
+            time.sleep(0.5)
+        ended = time.monotonic() - started
+        assert not _exists(container_id) and ended < lifetime + 10, ended
+        assert ended >= lifetime - 1  # it did live out its lifetime: nothing else removed it
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_a_sandbox_outliving_its_container_starts_a_new_one(images, trees) -> None:
+    limits = Limits(timeout=1, kill_after=0.5, watchdog_grace=0.5, lifetime=9)
+    with open_sandbox(trees, limits=limits) as sb:
+        assert sb.exec("A", "cat a_only.txt").stdout == "A\n"
+        first = sb.container_id
+        time.sleep(2.5)  # now a 1 s command could outlive the first container
+        assert sb.exec("A", "cat a_only.txt").stdout == "A\n"
+        second = sb.container_id
+        assert second is not None and second != first
+        with pytest.raises(SandboxError, match="lifetime"):
+            sb.exec("A", "true", timeout=30)
+    assert not _exists(first) and not _exists(second)
 
 
 def test_sigterm_cleans_up_by_itself(images, tmp_path) -> None:

@@ -462,7 +462,7 @@ class LLMGrader:
         task = view.task
 
         def opener():
-            from grader.sandbox import open_sandbox
+            from grader.sandbox import Limits, open_sandbox
             from grader.sandbox.environments import environment_for, spec_for_task
 
             image, note = task.image, ""
@@ -471,8 +471,15 @@ class LLMGrader:
             if image is None and backend == "docker" and (task.python or task.environment):
                 layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
                 image, note = layer.tag, layer.note
+            # The container outlives the grading's wall budget by one command at most, then ends by itself.
+            limits = Limits(lifetime=self.config.budgets.wall_seconds + Limits().command_bound)
             sandbox = open_sandbox(
-                view, backend=backend, image=image, setup=task.setup, test_command=task.test_command
+                view,
+                backend=backend,
+                image=image,
+                setup=task.setup,
+                test_command=task.test_command,
+                limits=limits,
             )
             sandbox.environment_note = note
             return sandbox

@@ -55,6 +55,15 @@ class Limits:
     # Time between the polite TERM and the KILL when a command overruns, and the host watchdog's extra grace.
     kill_after: float = 2.0
     watchdog_grace: float = 5.0
+    lifetime: float = 3600.0
+    """Seconds a sandbox's container lives (Docker): it then ends and is removed by itself, even if its owner
+    was killed by SIGKILL or runs on another host. A sandbox used longer starts a new container (setup runs
+    again) before a command that could outlive the current one."""
+
+    @property
+    def command_bound(self) -> float:
+        """Longest a command with the default timeout can hold a container: timeout, kill grace, watchdog."""
+        return self.timeout + self.kill_after + self.watchdog_grace
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "pids", "file_size_bytes", "output_bytes", "scratch_bytes"):
@@ -62,6 +71,8 @@ class Limits:
                 raise ValueError(f"Limits.{name} must be positive")
         if self.cpus <= 0 or self.timeout <= 0 or self.kill_after < 0 or self.watchdog_grace < 0:
             raise ValueError("Limits.cpus and Limits.timeout must be positive, the graces non-negative")
+        if self.lifetime <= self.command_bound:
+            raise ValueError("Limits.lifetime must exceed timeout + kill_after + watchdog_grace")
 
 
 @dataclass(frozen=True)

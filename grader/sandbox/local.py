@@ -37,6 +37,7 @@ from pathlib import Path
 from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
 from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
+from grader.sandbox.leftovers import reap_dead_owners_once
 from grader.sandbox.output import CappedBuffer
 
 LEVELS = ("bubblewrap", "namespaces", "none")
@@ -150,6 +151,7 @@ class LocalSandbox(Sandbox):
         self._level = level
         self._archives = {t: trees.archive(t) for t in self._targets}
         self._prepared: dict[str, Path] = {}
+        reap_dead_owners_once("local")
         self._root = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
         os.chmod(self._root, 0o711)  # each command's own uid must reach its box, and list nothing
         self._uid_base = 1_000_000 + secrets.randbelow(2_000) * 1_000_000 if _is_root() else None
