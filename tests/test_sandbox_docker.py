@@ -120,6 +120,23 @@ def test_candidates_do_not_see_each_other(sandbox) -> None:
     assert results["base"].stdout == "base\n"
 
 
+def test_each_target_has_its_own_tmp_starts_at_its_root_and_imports_it(sandbox) -> None:
+    # One probe on three targets: a fixed /tmp name, a script run from /tmp that imports the tree, and a wait
+    # so that targets running at the same time would meet (each target's uid owning the name in turn).
+    probe = (
+        "pwd > /tmp/probe.out; ls /tmp >> /tmp/probe.out; cat > /tmp/probe.py <<'EOF'\n"
+        "import os, pkg\nprint(os.path.dirname(pkg.__path__[0]) == os.environ['ROOT'], pkg.add(2, 3))\nEOF\n"
+        "export ROOT=$(pwd) && cd /tmp && sleep 0.3 && python3 probe.py && cat probe.out && cat $ROOT/a.txt"
+    )
+    results = sandbox.exec_many(["base", "A", "B"], probe)
+    for target, r in results.items():
+        assert r.ok, (target, r)
+        verdict, root, listing, *rest = r.stdout.splitlines()
+        assert verdict == "True 5" and root.startswith("/scratch/") and root.endswith("/t")
+        assert listing == "probe.out"  # nothing of another target's in /tmp
+    assert results["B"].stdout.endswith("changed by B\n") and results["A"].stdout.endswith("base\n")
+
+
 def test_every_exec_starts_pristine(sandbox) -> None:
     first = sandbox.exec(
         "A",

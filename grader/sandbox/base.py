@@ -123,6 +123,8 @@ class Sandbox(ABC):
     """
 
     backend: str = ""
+    parallel_commands: bool = True
+    """Whether commands may run at the same time (False: `exec_many` runs its targets one after another)."""
     environment_note: str = ""
     """What the environment could not honour (e.g. the interpreter standing in); shown once with `run`."""
 
@@ -194,11 +196,17 @@ class Sandbox(ABC):
         env: Mapping[str, str] | None = None,
         max_parallel: int | None = None,
     ) -> dict[str, ExecResult]:
-        """Run one probe on several targets in parallel; results keyed by target, in the order given."""
+        """Run one probe on several targets; results keyed by target, in the order given.
+
+        Targets run in parallel (up to `max_parallel`) where the backend allows it (`parallel_commands`),
+        else one after another in the order given. Raises as `exec` does.
+        """
         order = list(dict.fromkeys(targets))
         if not order:
             return {}
         workers = max(1, min(len(order), max_parallel or len(order)))
+        if not self.parallel_commands:
+            return {t: self.exec(t, command, timeout, env) for t in order}
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-exec") as pool:
             futures = {t: pool.submit(self.exec, t, command, timeout, env) for t in order}
             return {t: futures[t].result() for t in order}

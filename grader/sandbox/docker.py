@@ -4,7 +4,7 @@ Layout inside the container (root filesystem read-only, no network, no capabilit
 - /pristine (tmpfs, root-owned, mode 711): each target's tree (and, after `setup`, its set-up tree),
   written by root under an unguessable name; nobody else can list or write there.
 - /scratch (tmpfs, 1777): one private box (mode 700) per command.
-- /tmp (tmpfs, 1777): shared. A command's own leftovers in /scratch, /tmp and /dev/shm go when it ends.
+- /tmp (tmpfs, 1777). A command's own leftovers in /scratch, /tmp and /dev/shm go when it ends.
 
 Every command runs under a uid used for nothing else in the container's life, in a fresh copy of its target's
 tree: the copy, the command (under `timeout -k`), the killing of everything the uid left running, and the
@@ -12,9 +12,15 @@ removal of the box are all one `docker exec`. A host watchdog kills the uid's pr
 should a command outlive its timeout. The source paths travel in the exec's environment, which other uids
 cannot read, and are unset before the command starts.
 
-Limits: `Limits.memory_bytes` and the CPU quota are the container's, shared by commands running at the same
-time (`exec_many`); `Limits.pids` bounds each command (RLIMIT_NPROC per uid) and the container gets four
-times that. Concurrent commands can see each other's world-readable files in /tmp and /dev/shm while both run.
+Commands of one sandbox run one at a time. Without capabilities there is no mount namespace to give each
+command its own /tmp, and a probe run on several targets at once collided there (each target's uid owning the
+same names in one sticky /tmp); one at a time, every command finds /tmp, /dev/shm and /scratch holding nothing
+of another's, since each command removes its own leftovers before the next starts. `bench/sandbox.py` measures
+what this costs a `run` call against running the targets in parallel. A command starts at its tree's root,
+which is first on PYTHONPATH, with HOME and TMPDIR in its private box.
+
+Limits: `Limits.memory_bytes` and the CPU quota are the container's; `Limits.pids` bounds each command
+(RLIMIT_NPROC per uid) and the container gets four times that. `Limits.lifetime` bounds the container's life.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ if ! mkdir -p "$box/home" "$box/tmp" || ! cd "$src" || ! cp -R -p . "$box/t"; th
 fi
 umask 022
 cd "$box/t"
+export PYTHONPATH="$box/t${PYTHONPATH:+:$PYTHONPATH}"
 HOME=$box/home TMPDIR=$box/tmp timeout -k "$grace" "$limit" "$@"
 rc=$?
 cd /
@@ -114,6 +121,7 @@ class DockerSandbox(Sandbox):
     """
 
     backend = "docker"
+    parallel_commands = False  # see the module docstring: one /tmp, so one command at a time
 
     def __init__(
         self,
@@ -147,6 +155,7 @@ class DockerSandbox(Sandbox):
         self._started = 0.0  # monotonic time just before the current container was asked for
         self._retired: list[Any] = []  # aged-out containers: they end by themselves, or at close
         self._restart_lock = threading.Lock()
+        self._one_at_a_time = threading.Lock()
         reap_dead_owners_once("docker", self._client)
         lifecycle.track(self)
         try:
@@ -241,6 +250,12 @@ class DockerSandbox(Sandbox):
             return self._container
 
     def _exec_in(
+        self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
+    ) -> ExecResult:
+        with self._one_at_a_time:
+            return self._exec_alone(target, argv, timeout, env, setup=setup)
+
+    def _exec_alone(
         self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
     ) -> ExecResult:
         container = self._live_container(timeout)

@@ -56,14 +56,14 @@ def _is_root() -> bool:
 
 
 def _wrap(level: str, argv: list[str], box: Path) -> tuple[list[str], Path, dict[str, str]]:
-    """(argv to run, host cwd, HOME/TMPDIR as the command sees them) for one isolation level."""
+    """(argv to run, host cwd, HOME/TMPDIR/PYTHONPATH as the command sees them) for one isolation level."""
     if level == "bubblewrap":
-        inside = {"HOME": f"{_INSIDE}/home", "TMPDIR": f"{_INSIDE}/tmp"}
+        inside = {"HOME": f"{_INSIDE}/home", "TMPDIR": f"{_INSIDE}/tmp", "PYTHONPATH": f"{_INSIDE}/t"}
         wrapped = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
         wrapped += ["--ro-bind", "/", "/", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
         wrapped += ["--bind", str(box), _INSIDE, "--chdir", f"{_INSIDE}/t", "--"]
         return wrapped + argv, box, inside
-    here = {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp")}
+    here = {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp"), "PYTHONPATH": str(box / "t")}
     if level == "namespaces":
         wrapped = ["unshare", "--user", "--map-root-user", "--net", "--ipc", "--uts", "--pid", "--fork"]
         wrapped += ["--kill-child", "--mount", "--mount-proc", "--"]
@@ -178,6 +178,8 @@ class LocalSandbox(Sandbox):
             if uid is not None:
                 _chown_tree(box, uid)
             wrapped, cwd, dirs = _wrap(self._level, argv, box)
+            if env.get("PYTHONPATH"):  # the tree's root first, then what the caller asked for
+                dirs["PYTHONPATH"] += ":" + env["PYTHONPATH"]
             full_env = {**_ENV, **env, **dirs}
             result = self._run(wrapped, cwd, full_env, uid, timeout, target)
             if setup and cwd.exists():
