@@ -194,6 +194,7 @@ def _grade_in(
             passed=c.passed,
             branch=c.ref if c.commit else None,
             apply_method=c.apply_method,
+            tolerated=list(c.tolerated),
             error=c.error,
             patch_class=c.patch_class,
             stats=c.stats,
