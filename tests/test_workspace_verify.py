@@ -23,23 +23,38 @@ def test_a_blank_line_deleted_and_readded_is_kept(make_repo, mirrors: MirrorCach
         assert run_git(ws.git_dir, "show", f"{c.commit}:f.txt") == "a\ny\n\nb\n"
 
 
-def test_seeded_random_plain_patches_keep_gits_tree(make_repo, mirrors: MirrorCache, tmp_path) -> None:
+def _random_edit(rng: random.Random, lines: list[str], vocabulary: list[str]) -> str:
+    """`lines` with one to four lines deleted or inserted at random, as one text."""
+    edited = lines.copy()
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(edited))
+        if rng.random() < 0.5:
+            del edited[at]
+        else:
+            edited.insert(at, rng.choice(vocabulary) + "\n")
+    return "".join(edited)
+
+
+def _git_check(repo, patch: str) -> bool:
+    """Whether `git apply --check` accepts `patch` at the base."""
+    return (
+        subprocess.run(["git", "-C", str(repo.path), "apply", "--check"], input=patch.encode()).returncode
+        == 0
+    )
+
+
+def test_seeded_random_plain_patches_keep_gits_tree(make_repo, mirrors: MirrorCache) -> None:
+    """Every patch `git apply --check` accepts at the base is kept, with exactly git's tree."""
     rng = random.Random(11)
     vocabulary = ["", "    ", "x", "y  ", "pass", "}", "return 1"]
     lines = [rng.choice(vocabulary) + "\n" for _ in range(60)]
     repo = make_repo({"f.txt": "".join(lines)})
-    trajectories = {}
-    expected = {}
+    trajectories, expected = {}, {}
     for i in range(40):
-        edited = lines.copy()
-        for _ in range(rng.randint(1, 4)):
-            at = rng.randrange(len(edited))
-            if rng.random() < 0.5:
-                del edited[at]
-            else:
-                edited.insert(at, rng.choice(vocabulary) + "\n")
-        trajectories[f"t{i}"] = (repo.patch({"f.txt": "".join(edited)}), True)
-        expected[f"t{i}"] = "".join(edited)
+        text = _random_edit(rng, lines, vocabulary)
+        patch = repo.patch({"f.txt": text}, context=rng.randint(1, 3))
+        assert _git_check(repo, patch)
+        trajectories[f"t{i}"], expected[f"t{i}"] = (patch, True), text
     group = repo.group(trajectories)
     with open_workspace(group, mirrors=mirrors) as ws:
         for tid, text in expected.items():
@@ -116,17 +131,10 @@ def test_seeded_random_tolerant_patches_are_kept_with_gits_tree(make_repo, mirro
     repo = make_repo({"f.txt": "".join(lines)})
     trajectories, expected = {}, {}
     for i in range(40):
-        edited = lines.copy()
-        for _ in range(rng.randint(1, 4)):
-            at = rng.randrange(len(edited))
-            if rng.random() < 0.5:
-                del edited[at]
-            else:
-                edited.insert(at, rng.choice(vocabulary) + "\n")
-        patch = _context_respaced(repo.patch({"f.txt": "".join(edited)}, context=rng.randint(1, 3)))
-        if subprocess.run(["git", "-C", str(repo.path), "apply", "--check"], input=patch.encode()).returncode:
-            trajectories[f"t{i}"] = (patch, True)
-            expected[f"t{i}"] = "".join(edited)
+        text = _random_edit(rng, lines, vocabulary)
+        patch = _context_respaced(repo.patch({"f.txt": text}, context=rng.randint(1, 3)))
+        if not _git_check(repo, patch):
+            trajectories[f"t{i}"], expected[f"t{i}"] = (patch, True), text
     assert len(expected) >= 20  # most need the tolerant method
     group = repo.group(trajectories)
     with open_workspace(group, mirrors=mirrors) as ws:
