@@ -34,6 +34,7 @@ from grader.graders.base import Grade
 from grader.graders.budgets import Budgets
 from grader.graders.llm_config import LLMConfig
 from grader.graders.tools import (
+    MAX_RUN_TIMEOUT,
     SUBMIT,
     Submission,
     Toolbox,
@@ -471,8 +472,9 @@ class LLMGrader:
             if image is None and backend == "docker" and (task.python or task.environment):
                 layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
                 image, note = layer.tag, layer.note
-            # The container outlives the grading's wall budget by one command at most, then ends by itself.
-            limits = Limits(lifetime=self.config.budgets.wall_seconds + Limits().command_bound)
+            # The container outlives the grading's wall budget by one run at most, then ends by itself.
+            slack = MAX_RUN_TIMEOUT + Limits().command_bound
+            limits = Limits(lifetime=self.config.budgets.wall_seconds + slack)
             sandbox = open_sandbox(
                 view,
                 backend=backend,
