@@ -143,3 +143,42 @@ def test_seeded_random_tolerant_patches_are_kept_with_gits_tree(make_repo, mirro
             assert c.error is None, (tid, c.error)
             assert c.apply_method in ("whitespace", "3way") and c.tolerated, (tid, c.apply_method)
             assert run_git(ws.git_dir, "show", f"{c.commit}:f.txt") == text
+
+
+def _outer_context_changed(patch: str, rng: random.Random) -> str:
+    """The patch with the first or last context line of each hunk rewritten, so that only fuzz places it."""
+    hunks = re.split(r"(?m)^(?=@@ )", patch)
+    out = [hunks[0]]
+    for hunk in hunks[1:]:
+        lines = hunk.splitlines(keepends=True)
+        context = [i for i, line in enumerate(lines) if i and line.startswith(" ")]
+        if context:
+            at = context[0] if rng.random() < 0.5 else context[-1]
+            if at in (1, len(lines) - 1):  # an outer line: fuzz may leave it unmatched
+                lines[at] = " zzz changed context\n"
+        out.append("".join(lines))
+    return "".join(out)
+
+
+def test_seeded_random_fuzzed_patches_are_kept_with_gits_tree(make_repo, mirrors: MirrorCache) -> None:
+    """Patches whose outer context line no longer matches apply by fuzz; each is kept with git's tree."""
+    rng = random.Random(13)
+    vocabulary = ["a", "b", "c", "d", "pass", "return 1", "x = 1"]
+    lines = [f"{rng.choice(vocabulary)} {n}\n" for n in range(80)]  # distinct lines: one place per hunk
+    repo = make_repo({"f.txt": "".join(lines)})
+    trajectories, expected = {}, {}
+    for i in range(30):
+        text = _random_edit(rng, lines, vocabulary)
+        patch = _outer_context_changed(repo.patch({"f.txt": text}), rng)
+        if not _git_check(repo, patch):
+            trajectories[f"t{i}"], expected[f"t{i}"] = (patch, True), text
+    assert len(expected) >= 15
+    group = repo.group(trajectories)
+    with open_workspace(group, mirrors=mirrors) as ws:
+        for tid, text in expected.items():
+            c = ws.candidates[tid]
+            assert c.error is None, (tid, c.error)
+            assert c.apply_method in ("fuzz1", "fuzz2") and any("left unmatched" in t for t in c.tolerated), (
+                tid
+            )
+            assert run_git(ws.git_dir, "show", f"{c.commit}:f.txt") == text

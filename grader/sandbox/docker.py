@@ -156,7 +156,8 @@ class DockerSandbox(Sandbox):
         self._retired: list[Any] = []  # aged-out containers: they end by themselves, or at close
         self._restart_lock = threading.Lock()
         self._one_at_a_time = threading.Lock()
-        reap_dead_owners_once("docker", self._client)
+        with contextlib.suppress(docker.errors.DockerException):  # best effort: never keeps a sandbox shut
+            reap_dead_owners_once("docker", self._client)
         lifecycle.track(self)
         try:
             self._start()
