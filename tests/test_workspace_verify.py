@@ -37,10 +37,8 @@ def _random_edit(rng: random.Random, lines: list[str], vocabulary: list[str]) ->
 
 def _git_check(repo, patch: str) -> bool:
     """Whether `git apply --check` accepts `patch` at the base."""
-    return (
-        subprocess.run(["git", "-C", str(repo.path), "apply", "--check"], input=patch.encode()).returncode
-        == 0
-    )
+    check = ["git", "-C", str(repo.path), "apply", "--check"]
+    return subprocess.run(check, input=patch.encode(), capture_output=True).returncode == 0
 
 
 def test_seeded_random_plain_patches_keep_gits_tree(make_repo, mirrors: MirrorCache) -> None:
