@@ -265,11 +265,11 @@ def test_a_container_ends_by_itself_within_its_lifetime(images, tmp_path) -> Non
 
 def test_a_sandbox_outliving_its_container_starts_a_new_one(images, trees) -> None:
     limits = Limits(timeout=1, kill_after=0.5, watchdog_grace=0.5, lifetime=9)
-    with open_sandbox(trees, limits=limits) as sb:
-        assert sb.exec("A", "cat a_only.txt").stdout == "A\n"
+    with open_sandbox(trees, limits=limits, setup="echo built > built.txt") as sb:
+        assert sb.exec("A", "cat a_only.txt built.txt").stdout == "A\nbuilt\n"
         first = sb.container_id
         time.sleep(2.5)  # now a 1 s command could outlive the first container
-        assert sb.exec("A", "cat a_only.txt").stdout == "A\n"
+        assert sb.exec("A", "cat a_only.txt built.txt").stdout == "A\nbuilt\n"  # set up again there
         second = sb.container_id
         assert second is not None and second != first
         with pytest.raises(SandboxError, match="lifetime"):

@@ -260,6 +260,13 @@ class DockerSandbox(Sandbox):
         self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
     ) -> ExecResult:
         container = self._live_container(timeout)
+        state = self._setup[target]
+        if self.setup and not setup and state.result is None:
+            # A new container replaced the one this target was set up in: set it up again first.
+            state.result = self._exec_alone(
+                target, ["sh", "-c", self.setup], self.limits.timeout, {}, setup=True
+            )
+            container = self._live_container(timeout)
         uid = self._uid_base + next(self._uids)
         box = f"/scratch/{secrets.token_hex(12)}"
         environment = {
