@@ -4,15 +4,16 @@ Isolation levels, best first (`isolation="auto"` takes the best that works here;
 work raises `SandboxUnavailable`, never falls back to less):
 - "bubblewrap": `bwrap` with every namespace unshared (no network), the host filesystem read-only, a private
   /tmp and /dev (host /tmp is invisible), the tree at /tmp/gagar/t the only other writable place.
-- "namespaces": `unshare` of the user, network, pid, ipc and uts namespaces (no network, no host processes);
-  host files stay visible and, where their permissions allow, writable.
+- "namespaces": `unshare` of the user, mount, network, pid, ipc and uts namespaces (no network, no host
+  processes) and a private /tmp (a tmpfs, with the command's own box bound back at its path); other host files
+  stay visible and, where their permissions allow, writable.
 - "none": a plain subprocess; must be asked for by name.
 
-At every level: rlimits (address space, processes, file size, CPU time, no core files), a new session
-killed as a group at the timeout, a minimal environment (nothing of the host's leaks in), output capped like
-Docker's. Run as root, each command gets a uid of its own, so RLIMIT_NPROC bounds that command alone and
-every process it left behind is killed when it ends. Run as another user, RLIMIT_NPROC counts all that
-user's processes.
+A command starts at its tree's root, which is first on PYTHONPATH. At every level: rlimits (address space,
+processes, file size, CPU time, no core files), a new session killed as a group at the timeout, a minimal
+environment (nothing of the host's leaks in), output capped like Docker's. Run as root, each command gets a
+uid of its own, so RLIMIT_NPROC bounds that command alone and every process it left behind is killed when it
+ends. Run as another user, RLIMIT_NPROC counts all that user's processes.
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ from grader.sandbox.output import CappedBuffer
 LEVELS = ("bubblewrap", "namespaces", "none")
 DIR_PREFIX = "gagar-sandbox-"
 _INSIDE = "/tmp/gagar"  # where bubblewrap shows the box
+# Inside the new mount namespace: a private /tmp; where that hides the command's box (the host's temp dir is
+# /tmp), the box is bound back at its own path, so HOME, TMPDIR and PYTHONPATH keep meaning what they say.
+_PRIVATE_TMP = r"""
+box=$(cd .. && pwd)
+mount -t tmpfs -o mode=1777,nosuid,nodev gagar-tmp /tmp || exit 125
+if ! [ -d "$box/t" ]; then
+  mkdir -p "$box" && mount --bind /proc/self/cwd/.. "$box" || exit 125
+fi
+cd "$box/t" || exit 125
+exec "$@"
+"""
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ENV = {
     "PATH": _PATH,
@@ -66,7 +78,7 @@ def _wrap(level: str, argv: list[str], box: Path) -> tuple[list[str], Path, dict
     here = {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp"), "PYTHONPATH": str(box / "t")}
     if level == "namespaces":
         wrapped = ["unshare", "--user", "--map-root-user", "--net", "--ipc", "--uts", "--pid", "--fork"]
-        wrapped += ["--kill-child", "--mount", "--mount-proc", "--"]
+        wrapped += ["--kill-child", "--mount", "--mount-proc", "--", "sh", "-c", _PRIVATE_TMP, "gagar-ns"]
         return wrapped + argv, box / "t", here
     return argv, box / "t", here
 
