@@ -251,3 +251,18 @@ def test_a_missing_base_is_not_hidden_behind_sampling(repo: RepoFactory, mirrors
     graded = repo.group({"a": (repo.patch(FIX), True), "b": (repo.patch(FIX), True), "f": ("", False)})
     graded = graded.model_copy(update={"task": graded.task.model_copy(update={"base_commit": missing})})
     assert grade_group_sync(graded, HeuristicGrader(), options).outcome == Outcome.BASE_MISSING
+
+
+def test_what_a_tolerant_apply_tolerated_is_in_the_trajectorys_record(repo: RepoFactory) -> None:
+    fix = repo.patch(FIX)
+    respaced = fix.replace(
+        " def add(a, b):", " def  add(a,  b):"
+    )  # context differs from the file in whitespace
+    group = repo.group({"plain": (fix, True), "respaced": (respaced, True), "f": ("", False)})
+    result = grade_group_sync(group, HeuristicGrader())
+    assert result.status == "graded", result.reason
+    plain, tolerant = result.trajectories["plain"], result.trajectories["respaced"]
+    assert plain.apply_method == "plain" and plain.tolerated == []
+    assert tolerant.apply_method == "whitespace" and tolerant.error is None
+    assert "pkg/core.py: hunk 1: old lines matched the file only up to whitespace" in tolerant.tolerated
+    assert json.loads(result.model_dump_json())["trajectories"]["respaced"]["tolerated"] == tolerant.tolerated
