@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -229,18 +230,31 @@ def _owned_by(pid: int) -> list[str]:
 
 
 def test_after_kill_9_the_next_grading_start_leaves_none_of_the_owners(images, tmp_path) -> None:
+    from grader.testing import ScriptedServer, labels_in, tool_calls
+    from tests.conftest import EXAMPLE_GROUP, run_gagar
+
     killed, _ = spawn_grader(tmp_path / "killed", "docker")
     killed.kill()  # SIGKILL: nothing in the process runs, its container stays
     killed.wait()
     assert len(_owned_by(killed.pid)) == 1
-    successor, _ = spawn_grader(tmp_path / "next", "docker")  # reaps before its first sandbox
-    try:
-        assert _owned_by(killed.pid) == []
-        assert len(_owned_by(successor.pid)) == 1  # a live owner's container is left alone
-    finally:
-        successor.send_signal(signal.SIGTERM)
-        successor.wait(timeout=30)
-    assert _owned_by(successor.pid) == []
+
+    def policy(request, n):  # one probe through the sandbox, then a ranking
+        if n == 0:
+            return tool_calls(("run", {"command": "true", "targets": ["base"]}))
+        return tool_calls(
+            ("submit_ranking", {"ranking": [labels_in(request)], "reasons": {}, "confidence": 1})
+        )
+
+    with ScriptedServer(policy) as server:  # the next grading: `gagar grade` with the LLM grader on Docker
+        proc = run_gagar(
+            "grade", str(EXAMPLE_GROUP), "--out", str(tmp_path / "run"), "--grader", "llm",
+            "--model", "scripted", "--base-url", server.url, "--sandbox", "docker",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert _owned_by(killed.pid) == []  # reaped before the grading's first sandbox
+    result = json.loads((tmp_path / "run" / "results.jsonl").read_text().splitlines()[0])
+    transcript = (tmp_path / "run" / "transcripts").glob("*.jsonl")
+    assert result["status"] == "graded" and any("== base: exit 0" in t.read_text() for t in transcript)
 
 
 def test_a_container_ends_by_itself_within_its_lifetime(images, tmp_path) -> None:
