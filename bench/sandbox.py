@@ -5,6 +5,12 @@ Docker: first-exec latency of a group (container start, trees loaded, one comman
 (both through the same SDK the backend uses, plus the docker CLI for reference). Local: per-command latency
 of each isolation level that works here against a bare subprocess. Target: warm docker ratio <= 1.5.
 
+Run-shaped calls (Docker): one probe on base and four candidates, as the `run` tool sends it. Its targets
+run one after another (each finds /tmp holding nothing of another's); the baselines, measured in turns with
+it, are the same five commands run in parallel in the same container (the mechanism before, under which a
+fixed /tmp name collided) and five bare `docker exec`s of the probe in the pristine trees, in parallel (no
+isolation, no fresh copy).
+
 Run: python bench/sandbox.py [--runs 40] [--groups 3] (needs the images: gagar images build).
 """
 
@@ -21,7 +27,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
 
-from conftest_sandbox import make_repo  # noqa: E402
+from conftest_sandbox import _commit, _git, make_repo  # noqa: E402
 
 from grader.sandbox import open_sandbox  # noqa: E402
 from grader.sandbox.images import DEFAULT_IMAGE  # noqa: E402
@@ -47,7 +53,7 @@ def interleaved(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, fl
 
 def row(name: str, seconds: float, base: float | None = None) -> None:
     ratio = f"{seconds / base:6.2f}x" if base else "       "
-    print(f"  {name:<44} {seconds * 1000:9.1f} ms {ratio}")
+    print(f"  {name:<54} {seconds * 1000:9.1f} ms {ratio}")
 
 
 def bench_docker(trees: object, runs: int, groups: int) -> None:
@@ -102,6 +108,74 @@ def bench_docker(trees: object, runs: int, groups: int) -> None:
         print(f"  warm exec overhead ratio vs docker CLI exec:  {warm['exec'] / warm['cli']:.2f}x")
 
 
+RUN_PROBES = {
+    "import probe": "python3 -c 'import pkg; print(pkg.add(2, 3))'",
+    "pytest -q": "python3 -m pytest -q -p no:cacheprovider",
+}
+
+
+def bench_run_calls(trees: object, runs: int) -> None:
+    """Cost of one `run` call on five targets: one after another against two parallel baselines."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import docker
+
+    api = docker.from_env().api
+    targets = trees.targets()  # type: ignore[attr-defined]
+    print(f"run-shaped calls ({len(targets)} targets: {', '.join(targets)}):")
+    with open_sandbox(trees) as sb, ThreadPoolExecutor(len(targets)) as pool:  # type: ignore[arg-type]
+        cid = sb.container_id
+        for target in targets:
+            sb.exec(target, ["true"])
+
+        def bare(probe: str) -> None:
+            def one(target: str) -> None:
+                exec_id = api.exec_create(
+                    cid,
+                    ["sh", "-c", probe],
+                    user="0:0",
+                    workdir=sb._sources[target],
+                    environment={"PYTHONDONTWRITEBYTECODE": "1"},
+                )["Id"]
+                api.exec_start(exec_id)
+                api.exec_inspect(exec_id)
+
+            list(pool.map(one, targets))
+
+        def parallel(probe: str) -> None:  # the mechanism before: every target at once in one container
+            argv = ["sh", "-c", probe]
+            list(pool.map(lambda t: sb._exec_alone(t, argv, 60.0, {}, setup=False), targets))
+
+        for name, probe in RUN_PROBES.items():
+            took = interleaved(
+                {
+                    "bare": lambda p=probe: bare(p),
+                    "parallel": lambda p=probe: parallel(p),
+                    "run": lambda p=probe: sb.exec_many(targets, p),
+                },
+                runs,
+            )
+            row(f"{name}: bare docker exec x{len(targets)}, parallel", took["bare"])
+            row(f"{name}: sandbox, targets in parallel (before)", took["parallel"], took["bare"])
+            row(f"{name}: run call, one after another (now)", took["run"], took["bare"])
+            per_target = took["run"] / len(targets) * 1000
+            print(
+                f"  {name}: a run call costs {took['run'] * 1000:.0f} ms ({per_target:.0f} ms per target), "
+                f"{took['run'] / took['parallel']:.2f}x the targets-in-parallel baseline"
+            )
+
+
+def with_candidates(trees: object, names: tuple[str, ...]) -> object:
+    """`trees` with more candidate branches (one new file each) on top of its base."""
+    repo = trees.repo  # type: ignore[attr-defined]
+    for name in names:
+        _git(repo, "checkout", "-q", "-b", name, "main")
+        _commit(repo, {f"{name.lower()}_only.txt": f"{name}\n"}, name)
+    _git(repo, "checkout", "-q", "main")
+    trees.branches.update({name: name for name in names})  # type: ignore[attr-defined]
+    return trees
+
+
 def bench_local(trees: object, runs: int) -> None:
     from grader.sandbox import local
 
@@ -123,13 +197,18 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--groups", type=int, default=3)
+    parser.add_argument("--run-calls", type=int, default=10, help="repetitions of each run-shaped call")
     parser.add_argument("--skip-docker", action="store_true")
+    parser.add_argument("--only-run-calls", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trees = make_repo(Path(tmp))
-        if not args.skip_docker:
+        if not args.skip_docker and not args.only_run_calls:
             bench_docker(trees, args.runs, args.groups)
-        bench_local(trees, args.runs)
+        if not args.skip_docker:
+            bench_run_calls(with_candidates(trees, ("C", "D")), args.run_calls)
+        if not args.only_run_calls:
+            bench_local(trees, args.runs)
 
 
 if __name__ == "__main__":

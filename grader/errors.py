@@ -33,6 +33,10 @@ class WorkspaceError(GagarError, RuntimeError):
     """A group's workspace cannot be built (repository or base commit unusable); names the group."""
 
 
+class BaseCommitMissing(WorkspaceError):
+    """A group's base commit is not in its repository; names the group and the commit."""
+
+
 class InvalidRanking(GagarError, ValueError):
     """A ranking that does not rank exactly the expected candidates once each; the message says how."""
 
@@ -117,6 +121,7 @@ __all__ = [
     "DegradeError",
     "EnvironmentBuildError",
     "GagarError",
+    "BaseCommitMissing",
     "GitError",
     "GradingFailed",
     "ImageBuildError",

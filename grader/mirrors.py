@@ -41,6 +41,26 @@ class MirrorCache:
         digest = hashlib.sha256(location.encode()).hexdigest()[:16]
         return self.root / f"{name}-{digest}.git"
 
+    def lookup(self, repo: str, commit: str) -> bool | None:
+        """Whether `commit` is in the mirror of `repo` already on this machine, without cloning or fetching.
+
+        Args:
+            repo: The repository's location (URL or local path), as in `Task.repo`.
+            commit: The commit to look up.
+
+        Returns:
+            True or False from the mirror, or None when `repo` has no mirror yet (nothing was checked).
+        """
+        path = self.path_for(repo)
+        if (path, commit) in self._known:
+            return True
+        if not path.exists():
+            return None
+        if not has_commit(path, commit):
+            return False
+        self._known.add((path, commit))
+        return True
+
     def mirror(self, repo: str, commit: str) -> Path:
         """Return a mirror of `repo` that contains `commit`, cloning or fetching as needed.
 
@@ -71,6 +91,7 @@ class MirrorCache:
 
 
 def has_commit(git_dir: Path, commit: str) -> bool:
+    """Whether `commit` names a commit in the repository at `git_dir`."""
     return git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir, check=False).returncode == 0
 
 

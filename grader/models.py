@@ -143,6 +143,8 @@ class TrajectoryReport(BaseModel):
     passed: bool
     branch: str | None = None
     apply_method: str | None = None
+    tolerated: list[str] = Field(default_factory=list)
+    """What a tolerant apply method tolerated (whitespace, unmatched context, a 3-way merge), a line each."""
     error: str | None = None
     patch_class: int | None = None
     stats: PatchStats | None = None

@@ -42,7 +42,8 @@ def _unquote(path: str) -> str:
     return path
 
 
-def _strip_prefix(path: str) -> str:
+def strip_prefix(path: str) -> str:
+    """A diff header's path without its quotes and a/ or b/ prefix."""
     path = _unquote(path.strip())
     return path[2:] if path[:2] in ("a/", "b/") else path
 
@@ -50,8 +51,8 @@ def _strip_prefix(path: str) -> str:
 def _header_paths(patch: str) -> Iterable[tuple[int, str]]:
     for number, line in enumerate(patch.splitlines(), start=1):
         if m := _DIFF_GIT.match(line):
-            yield number, _strip_prefix(m.group(1))
-            yield number, _strip_prefix(m.group(2))
+            yield number, strip_prefix(m.group(1))
+            yield number, strip_prefix(m.group(2))
         elif line.startswith(("--- ", "+++ ")) and (m := _HEADER_PATH.match(line)):
             raw = m.group(1).strip()
             if raw == "/dev/null":
@@ -59,7 +60,7 @@ def _header_paths(patch: str) -> Iterable[tuple[int, str]]:
             if raw.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", raw):
                 yield number, raw  # absolute: reported as such by check_paths
             else:
-                yield number, _strip_prefix(raw)
+                yield number, strip_prefix(raw)
         elif m := _RENAME_COPY.match(line):
             yield number, _unquote(m.group(1).strip())
 
@@ -90,7 +91,7 @@ def check_symlinks(patch: str) -> None:
     symlink = False
     for i, line in enumerate(lines):
         if m := _DIFF_GIT.match(line):
-            current, symlink = _strip_prefix(m.group(2)), False
+            current, symlink = strip_prefix(m.group(2)), False
         elif _SYMLINK_MODE.match(line):
             symlink = True
         elif symlink and line.startswith("+") and not line.startswith("+++") and current is not None:
@@ -194,7 +195,7 @@ def validate(patch: str, max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> PatchSet:
 
 def file_path(patched_file) -> str:
     """A patched file's repository path, without the a/ or b/ prefix."""
-    return _strip_prefix(patched_file.path)
+    return strip_prefix(patched_file.path)
 
 
 def stats(parsed: PatchSet) -> PatchStats:

@@ -20,10 +20,10 @@ import numpy as np
 
 from grader import patches, redistribute
 from grader.concurrency import Concurrency, default_resources
-from grader.errors import GradingFailed, InvalidRanking, WorkspaceError
+from grader.errors import BaseCommitMissing, GradingFailed, InvalidRanking, WorkspaceError
 from grader.formats import LoadError
 from grader.graders.base import Grade, Grader
-from grader.mirrors import MirrorCache
+from grader.mirrors import MirrorCache, shared_cache
 from grader.models import Group, GroupResult, TrajectoryReport
 from grader.outcomes import Outcome, RedistributionOutcome
 from grader.ranking import validate_ranking
@@ -132,6 +132,7 @@ def grade_group_sync(
     group = item
     skip = skip_reason(group, grade_all_pass=options.grade_all_pass)
     if skip is not None:
+        skip = _check_base_of_skipped(group, skip, options.mirrors or shared_cache())
         result = passthrough(group, grader.name, skip[1], skip[0])
         result.trajectories = _reports(group)
         result.seconds = round(time.perf_counter() - start, 4)
@@ -148,6 +149,8 @@ def grade_group_sync(
             resources=options.resources,
         ) as workspace:
             _grade_in(workspace, group, grader, options, result)
+    except BaseCommitMissing as exc:
+        _fail(result, Outcome.BASE_MISSING, str(exc))
     except WorkspaceError as exc:
         _fail(result, Outcome.WORKSPACE, str(exc))
     except Exception as exc:  # grading never crashes a training loop: any surprise fails this group only
@@ -157,6 +160,26 @@ def grade_group_sync(
         result.ranking, result.weights = [], {}
     result.seconds = round(time.perf_counter() - start, 4)
     return result
+
+
+def _check_base_of_skipped(
+    group: Group, skip: tuple[Outcome, str], mirrors: MirrorCache
+) -> tuple[Outcome, str]:
+    """A skipped group's base commit, looked up where its repository is already mirrored (no clone, no fetch).
+
+    A missing base is a broken group whatever sampling thinks of it, so it fails naming the commit; where
+    nothing is mirrored the skip stands, saying that the base was not checked.
+    """
+    commit = group.task.base_commit
+    found = mirrors.lookup(group.task.repo, commit)
+    if found is None:
+        return skip[0], f"{skip[1]} (base commit not checked: repository {group.task.repo!r} is not mirrored)"
+    if not found:
+        return Outcome.BASE_MISSING, (
+            f"group {group.group_id!r}: base commit {commit!r} is not in the mirror of {group.task.repo!r} "
+            f"(not fetched, since sampling would skip the group: {skip[1]})"
+        )
+    return skip
 
 
 def _fail(result: GroupResult, outcome: Outcome, reason: str) -> None:
@@ -171,6 +194,7 @@ def _grade_in(
             passed=c.passed,
             branch=c.ref if c.commit else None,
             apply_method=c.apply_method,
+            tolerated=list(c.tolerated),
             error=c.error,
             patch_class=c.patch_class,
             stats=c.stats,

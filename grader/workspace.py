@@ -26,9 +26,9 @@ from git import Repo
 from git.objects import Blob, Tree
 from unidiff import PatchSet
 
-from grader import patches
+from grader import hunks, patches
 from grader.concurrency import Concurrency, default_resources
-from grader.errors import WorkspaceError
+from grader.errors import BaseCommitMissing, WorkspaceError
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
 from grader.mirrors import MirrorCache, shared_cache
 from grader.models import Group, PatchStats, Task
@@ -54,6 +54,9 @@ class Candidate:
     patch_class: int | None = None
     equivalence_key: str | None = field(default=None, repr=False)
     parsed: PatchSet | None = field(default=None, repr=False)  # the patch as validated, reused by _verify
+    applied_text: str = field(default="", repr=False)  # the text git applied (recounted, LF) when tolerant
+    tolerated: list[str] = field(default_factory=list)
+    """What a tolerant apply method had to tolerate, one sentence each (empty for a plain apply)."""
 
     @property
     def applied(self) -> bool:
@@ -144,7 +147,7 @@ class Workspace:
                 )
             )
         self._commit(trees, base_tree)
-        self._verify()
+        self._verify(max_fuzz)
         self._classify()
         shutil.rmtree(self.path / "tmp", ignore_errors=True)
 
@@ -175,6 +178,9 @@ class Workspace:
             )
             if proc.returncode == 0:
                 candidate.apply_method = method
+                if method != "plain":
+                    candidate.applied_text = text
+                    candidate.tolerated = _method_notes(method, patch, text)
                 return out(["write-tree"], git_dir=self.git_dir, env=env)
             reasons.append(proc.stderr.decode("utf-8", "replace").strip().rpartition("\n")[2])
         first = next((r for r in reasons if r), "git apply failed")
@@ -213,8 +219,8 @@ class Workspace:
             os.replace(tmp, path)
         return sha
 
-    def _verify(self) -> None:
-        """Check that each branch's diff against base makes exactly the changes its patch makes."""
+    def _verify(self, max_fuzz: int = DEFAULT_MAX_FUZZ) -> None:
+        """Check each branch: a plain apply for lines the patch never wrote, a tolerant one file by file."""
         changed = [c for c in self.candidates.values() if c.commit and c.commit != self.base_commit]
         if not changed:
             return
@@ -231,14 +237,72 @@ class Workspace:
                 # git placed every hunk exactly: its tree is authoritative, only a foreign line can be wrong.
                 problem = patches.foreign_lines(c.parsed or PatchSet(""), own_form)
             else:
-                expected = patches.changes(c.parsed or PatchSet(""), normalize_whitespace=True)
-                actual = patches.changes(own_form, normalize_whitespace=True)
-                problem = None if expected == actual else _first_difference(expected, actual)
+                problem = self._check_post_images(c, plain_diff, max_fuzz)
+            if problem is not None and c.apply_method == "plain":
+                c.error = f"branch diff differs from the patch as applied (plain): {problem}"
+            elif problem is not None:
+                c.error = f"{c.apply_method} apply not confirmed by an independent hunk applier: {problem}"
             if problem is not None:
-                c.error = f"branch diff differs from the patch as applied ({c.apply_method}): {problem}"
                 c.commit = None
                 continue
             c.equivalence_key = patches.equivalence_key(plain_diff) + self._binary_ids(c, plain_diff)
+
+    def _check_post_images(self, c: Candidate, branch_diff: PatchSet, max_fuzz: int) -> str | None:
+        """Compare every file a tolerant apply produced with the independent hunk applier's (`hunks`).
+
+        Records on `c.tolerated` what the applier had to tolerate. Returns the first difference in words, or
+        None when every touched file is what the applier makes of the base, and nothing else changed.
+        """
+        try:
+            parsed = patches.parse(c.applied_text)
+        except patches.PatchError as exc:
+            return f"the applied patch does not parse: {exc}"
+        specs: list[str] = []
+        for f in parsed:
+            if not f.is_added_file:
+                specs.append(f"{self.base_commit}:{_source_path(f)}")
+            if not f.is_removed_file:
+                specs.append(f"{c.commit}:{patches.file_path(f)}")
+        blobs = self._blobs(specs)
+        touched = set()
+        for f in parsed:
+            path, source = patches.file_path(f), _source_path(f)
+            touched.update({path, source})
+            ours = None if f.is_removed_file else blobs.get(f"{c.commit}:{path}")
+            if f.is_binary_file:
+                c.tolerated.append(f"{path}: binary, git's result taken as is")
+                continue
+            base = None if f.is_added_file else blobs.get(f"{self.base_commit}:{source}")
+            try:
+                expected, tolerated = hunks.apply_file(base, f, max_fuzz)
+            except patches.PatchError as exc:
+                return f"the independent hunk applier cannot apply it: {exc}"
+            c.tolerated += [f"{path}: {note}" for note in tolerated]
+            if expected != ours:
+                return _first_line_difference(path, expected, ours)
+        changed = {patches.file_path(f) for f in branch_diff}
+        if not changed <= touched:
+            return f"the branch changes files the patch does not touch: {sorted(changed - touched)}"
+        return None
+
+    def _blobs(self, specs: list[str]) -> dict[str, str | None]:
+        """The text of each `commit:path` (None where the path does not exist), from one git process."""
+        if not specs:
+            return {}
+        proc = git(
+            ["cat-file", "--batch"], git_dir=self.git_dir, input="".join(f"{s}\n" for s in specs).encode()
+        )
+        data, result, at = proc.stdout, {}, 0
+        for spec in specs:
+            header_end = data.index(b"\n", at)
+            header = data[at:header_end].split()
+            if header[-1] == b"missing" or len(header) < 3:
+                result[spec], at = None, header_end + 1
+                continue
+            size = int(header[2])
+            body = data[header_end + 1 : header_end + 1 + size]
+            result[spec], at = body.decode("utf-8", "surrogateescape"), header_end + 1 + size + 1
+        return result
 
     def _branch_diffs(self, commits: list[str], flags: list[str]) -> dict[str, str]:
         """Each commit's diff against its parent, from one `git diff-tree` process."""
@@ -420,18 +484,38 @@ def _split_diff_tree(text: str, commits: list[str]) -> dict[str, str]:
     return {sha: "".join(lines) for sha, lines in result.items()}
 
 
-def _first_difference(expected: list[patches.FileChange], actual: list[patches.FileChange]) -> str:
-    expected_paths = [c.path for c in expected]
-    actual_paths = [c.path for c in actual]
-    if expected_paths != actual_paths:
-        return f"files {expected_paths} in the patch, {actual_paths} on the branch"
-    for e, a in zip(expected, actual, strict=True):
-        if e != a:
-            return (
-                f"{e.path}: the patch removes {len(e.removed)} and adds {len(e.added)} lines, "
-                f"the branch removes {len(a.removed)} and adds {len(a.added)}"
-            )
-    return "unknown difference"
+def _source_path(patched_file) -> str:
+    """The path a file had before the patch (its old name for a rename or copy)."""
+    source = patched_file.source_file or ""
+    return patches.file_path(patched_file) if source in ("", "/dev/null") else patches.strip_prefix(source)
+
+
+def _first_line_difference(path: str, expected: str | None, actual: str | None) -> str:
+    """Where git's file and the independent applier's part, in words."""
+    if expected is None or actual is None:
+        which = "git deleted it" if actual is None else "the patch deletes it"
+        return f"{path}: {which}, the other did not"
+    mine, gits = hunks.split_lines(expected), hunks.split_lines(actual)
+    for number, (a, b) in enumerate(zip(mine, gits, strict=False), start=1):
+        if a != b:
+            return f"{path} line {number}: git has {b[:80]!r}, the hunks make {a[:80]!r}"
+    return f"{path}: git's file has {len(gits)} lines, the hunks make {len(mine)}"
+
+
+def _method_notes(method: str, patch: str, text: str) -> list[str]:
+    """What an apply method tolerates by itself, before any hunk is placed."""
+    notes = {
+        "3way": ["applied by a 3-way merge with the blobs the patch names"],
+        "whitespace": ["whitespace differences in context and removed lines ignored"],
+    }.get(
+        method, [f"whitespace ignored and up to {method.removeprefix('fuzz')} context line(s) per hunk end"]
+    )
+    if text != patch:
+        if "\r\n" in patch and "\r\n" not in text:
+            notes.append("CRLF line endings of the patch converted to LF")
+        if patches.recount(patch).replace("\r\n", "\n") != patch.replace("\r\n", "\n"):
+            notes.append("hunk line counts recomputed from the hunks")
+    return notes
 
 
 @contextmanager
@@ -456,7 +540,9 @@ def open_workspace(
     mirrors = mirrors or shared_cache()
     try:
         mirror = mirrors.mirror(group.task.repo, group.task.base_commit)
-    except (FileNotFoundError, LookupError, GitError) as exc:
+    except LookupError as exc:
+        raise BaseCommitMissing(f"group {group.group_id!r}: {exc}") from exc
+    except (FileNotFoundError, GitError) as exc:
         raise WorkspaceError(f"group {group.group_id!r}: {exc}") from exc
     if root is None:
         path = Path(tempfile.mkdtemp(prefix=f"gagar-{ref_name(group.group_id)}-"))

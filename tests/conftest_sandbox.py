@@ -71,9 +71,9 @@ CHILD = textwrap.dedent(
     sys.path[:0] = [{root!r}, {tests!r}]
     from conftest_sandbox import make_repo
     from pathlib import Path
-    from grader.sandbox import open_sandbox
+    from grader.sandbox import Limits, open_sandbox
     Path({tmp!r}).mkdir(parents=True, exist_ok=True)
-    sb = open_sandbox(make_repo(Path({tmp!r})), backend={backend!r})
+    sb = open_sandbox(make_repo(Path({tmp!r})), backend={backend!r}, limits=Limits(**{limits!r}))
     sb.exec("A", "true")
     print(getattr(sb, "container_id", None) or sb._root, flush=True)
     time.sleep(120)
@@ -81,8 +81,16 @@ CHILD = textwrap.dedent(
 )
 
 
-def spawn_grader(tmp_path: Path, backend: str) -> tuple[subprocess.Popen[str], str]:
-    code = CHILD.format(root=str(_ROOT), tests=str(_ROOT / "tests"), tmp=str(tmp_path), backend=backend)
+def spawn_grader(
+    tmp_path: Path, backend: str, limits: dict[str, float] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """A grading process in a subprocess: it opens a sandbox with `limits`, runs one command and waits.
+
+    Returns the process and its sandbox's handle (container id, or root dir for `local`).
+    """
+    code = CHILD.format(
+        root=str(_ROOT), tests=str(_ROOT / "tests"), tmp=str(tmp_path), backend=backend, limits=limits or {}
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     handle = proc.stdout.readline().strip()

@@ -289,7 +289,7 @@ def _docker_reason() -> str | None:
 def _containers_of_this_process() -> set[str]:
     import docker
 
-    from grader.sandbox.docker import LABEL, LABEL_HOST, LABEL_PID
+    from grader.sandbox.leftovers import LABEL, LABEL_HOST, LABEL_PID
 
     mine = [f"{LABEL}=1", f"{LABEL_PID}={os.getpid()}", f"{LABEL_HOST}={socket.gethostname()}"]
     return {c.name for c in docker.from_env().containers.list(all=True, filters={"label": mine})}
@@ -305,8 +305,11 @@ def test_differential_runs_through_the_docker_sandbox(tmp_path: Path) -> None:
     def policy(request, n):
         labels = labels_in(request)
         step = assistant_turns(request)
-        if step == 0:  # one probe on base and every candidate, side by side
-            probe = "python3 -c 'from inventory.stock import average_price; print(average_price([]))'"
+        if step == 0:  # one multi-line probe on base and every candidate, written to /tmp and run from there
+            probe = (
+                "cat > /tmp/probe.py <<'EOF'\nfrom inventory.stock import average_price\n"
+                "print(average_price([]))\nEOF\ncd /tmp && python3 probe.py"
+            )
             return tool_calls(("run", {"command": probe, "timeout": 30}))
         if step == 1:
             return tool_calls(("run", {"command": "tests", "targets": labels[:1]}))

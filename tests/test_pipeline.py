@@ -10,6 +10,9 @@ import pytest
 
 from grader.formats import load_groups
 from grader.graders.base import Grade
+from grader.graders.heuristic import HeuristicGrader
+from grader.mirrors import MirrorCache
+from grader.outcomes import Outcome
 from grader.pipeline import GradingOptions, grade_group_sync
 from tests.conftest import EXAMPLE_GROUP, FIX, RepoFactory, run_gagar
 
@@ -220,3 +223,46 @@ def test_load_errors_become_failed_results(tmp_path: Path) -> None:
 
     result = grade_group_sync(item, HeuristicGrader())
     assert result.group_id == "broken" and result.status == "failed" and "task.repo" in result.reason
+
+
+def test_a_missing_base_is_not_hidden_behind_sampling(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    """A single-passing group (which sampling skips) with a base that does not exist fails naming the commit
+    where the repository is mirrored, and says the base was not checked where it is not."""
+    missing = "0" * 40
+    single = repo.group({"a": (repo.patch(FIX), True), "f": ("", False)}, group_id="single")
+    broken = single.model_copy(update={"task": single.task.model_copy(update={"base_commit": missing})})
+    options = GradingOptions(mirrors=mirrors)
+
+    unchecked = grade_group_sync(broken, HeuristicGrader(), options)
+    assert unchecked.status == "skipped" and "base commit not checked" in unchecked.reason
+    assert not mirrors.path_for(single.task.repo).exists()  # the lookup neither cloned nor fetched
+
+    mirrors.mirror(single.task.repo, repo.base)  # now the repository is mirrored (at its real base)
+    failed = grade_group_sync(broken, HeuristicGrader(), options)
+    assert failed.status == "failed" and failed.outcome == Outcome.BASE_MISSING
+    assert missing in failed.reason and "'single'" in failed.reason
+    assert failed.advantages_after == failed.advantages_before
+
+    fine = grade_group_sync(single, HeuristicGrader(), options)
+    assert (
+        fine.status == "skipped" and fine.reason == "a single passing trajectory: nothing to rank it against"
+    )
+
+    graded = repo.group({"a": (repo.patch(FIX), True), "b": (repo.patch(FIX), True), "f": ("", False)})
+    graded = graded.model_copy(update={"task": graded.task.model_copy(update={"base_commit": missing})})
+    assert grade_group_sync(graded, HeuristicGrader(), options).outcome == Outcome.BASE_MISSING
+
+
+def test_what_a_tolerant_apply_tolerated_is_in_the_trajectorys_record(repo: RepoFactory) -> None:
+    fix = repo.patch(FIX)
+    respaced = fix.replace(
+        " def add(a, b):", " def  add(a,  b):"
+    )  # context differs from the file in whitespace
+    group = repo.group({"plain": (fix, True), "respaced": (respaced, True), "f": ("", False)})
+    result = grade_group_sync(group, HeuristicGrader())
+    assert result.status == "graded", result.reason
+    plain, tolerant = result.trajectories["plain"], result.trajectories["respaced"]
+    assert plain.apply_method == "plain" and plain.tolerated == []
+    assert tolerant.apply_method == "whitespace" and tolerant.error is None
+    assert "pkg/core.py: hunk 1: old lines matched the file only up to whitespace" in tolerant.tolerated
+    assert json.loads(result.model_dump_json())["trajectories"]["respaced"]["tolerated"] == tolerant.tolerated

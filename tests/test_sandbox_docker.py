@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -120,6 +121,23 @@ def test_candidates_do_not_see_each_other(sandbox) -> None:
     assert results["base"].stdout == "base\n"
 
 
+def test_each_target_has_its_own_tmp_starts_at_its_root_and_imports_it(sandbox) -> None:
+    # One probe on three targets: a fixed /tmp name, a script run from /tmp that imports the tree, and a wait
+    # so that targets running at the same time would meet (each target's uid owning the name in turn).
+    probe = (
+        "pwd > /tmp/probe.out; ls /tmp >> /tmp/probe.out; cat > /tmp/probe.py <<'EOF'\n"
+        "import os, pkg\nprint(os.path.dirname(pkg.__path__[0]) == os.environ['ROOT'], pkg.add(2, 3))\nEOF\n"
+        "export ROOT=$(pwd) && cd /tmp && sleep 0.3 && python3 probe.py && cat probe.out && cat $ROOT/a.txt"
+    )
+    results = sandbox.exec_many(["base", "A", "B"], probe)
+    for target, r in results.items():
+        assert r.ok, (target, r)
+        verdict, root, listing, *rest = r.stdout.splitlines()
+        assert verdict == "True 5" and root.startswith("/scratch/") and root.endswith("/t")
+        assert listing == "probe.out"  # nothing of another target's in /tmp
+    assert results["B"].stdout.endswith("changed by B\n") and results["A"].stdout.endswith("base\n")
+
+
 def test_every_exec_starts_pristine(sandbox) -> None:
     first = sandbox.exec(
         "A",
@@ -201,16 +219,76 @@ def _exists(container_id: str) -> bool:
     return True
 
 
-def test_sigkill_leaves_a_container_that_cleanup_removes(images, tmp_path) -> None:
-    from grader.sandbox.leftovers import cleanup_leftovers
+def _owned_by(pid: int) -> list[str]:
+    """Containers the Docker engine holds for the grading process `pid` on this host (counted by label)."""
+    import socket
 
-    proc, container_id = spawn_grader(tmp_path, "docker")
-    proc.kill()
-    proc.wait()
-    assert _exists(container_id)
-    removed = cleanup_leftovers()
-    assert removed
-    assert not _exists(container_id)
+    import docker
+
+    labels = ["gagar.sandbox=1", f"gagar.pid={pid}", f"gagar.host={socket.gethostname()}"]
+    return [c.name for c in docker.from_env().containers.list(all=True, filters={"label": labels})]
+
+
+def test_after_kill_9_the_next_grading_start_leaves_none_of_the_owners(images, tmp_path) -> None:
+    from grader.testing import ScriptedServer, labels_in, tool_calls
+    from tests.conftest import EXAMPLE_GROUP, run_gagar
+
+    killed, _ = spawn_grader(tmp_path / "killed", "docker")
+    killed.kill()  # SIGKILL: nothing in the process runs, its container stays
+    killed.wait()
+    assert len(_owned_by(killed.pid)) == 1
+
+    def policy(request, n):  # one probe through the sandbox, then a ranking
+        if n == 0:
+            return tool_calls(("run", {"command": "true", "targets": ["base"]}))
+        return tool_calls(
+            ("submit_ranking", {"ranking": [labels_in(request)], "reasons": {}, "confidence": 1})
+        )
+
+    with ScriptedServer(policy) as server:  # the next grading: `gagar grade` with the LLM grader on Docker
+        proc = run_gagar(
+            "grade", str(EXAMPLE_GROUP), "--out", str(tmp_path / "run"), "--grader", "llm",
+            "--model", "scripted", "--base-url", server.url, "--sandbox", "docker",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert _owned_by(killed.pid) == []  # reaped before the grading's first sandbox
+    result = json.loads((tmp_path / "run" / "results.jsonl").read_text().splitlines()[0])
+    transcript = (tmp_path / "run" / "transcripts").glob("*.jsonl")
+    assert result["status"] == "graded" and any("== base: exit 0" in t.read_text() for t in transcript)
+
+
+def test_a_container_ends_by_itself_within_its_lifetime(images, tmp_path) -> None:
+    lifetime = 12.0
+    limits = {"timeout": 2, "kill_after": 1, "watchdog_grace": 1, "lifetime": lifetime}
+    started = time.monotonic()
+    owner, container_id = spawn_grader(tmp_path, "docker", limits)
+    # A stopped owner is alive to every reaper (like an owner on another host) but closes nothing:
+    # only the container's own lifetime can end it.
+    owner.send_signal(signal.SIGSTOP)
+    try:
+        assert _exists(container_id)
+        while _exists(container_id) and time.monotonic() - started < lifetime + 30:
+            time.sleep(0.5)
+        ended = time.monotonic() - started
+        assert not _exists(container_id) and ended < lifetime + 10, ended
+        assert ended >= lifetime - 1  # it did live out its lifetime: nothing else removed it
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_a_sandbox_outliving_its_container_starts_a_new_one(images, trees) -> None:
+    limits = Limits(timeout=1, kill_after=0.5, watchdog_grace=0.5, lifetime=9)
+    with open_sandbox(trees, limits=limits, setup="echo built > built.txt") as sb:
+        assert sb.exec("A", "cat a_only.txt built.txt").stdout == "A\nbuilt\n"
+        first = sb.container_id
+        time.sleep(2.5)  # now a 1 s command could outlive the first container
+        assert sb.exec("A", "cat a_only.txt built.txt").stdout == "A\nbuilt\n"  # set up again there
+        second = sb.container_id
+        assert second is not None and second != first
+        with pytest.raises(SandboxError, match="lifetime"):
+            sb.exec("A", "true", timeout=30)
+    assert not _exists(first) and not _exists(second)
 
 
 def test_sigterm_cleans_up_by_itself(images, tmp_path) -> None:

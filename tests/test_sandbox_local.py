@@ -83,6 +83,25 @@ def test_candidates_do_not_see_each_other_and_start_pristine(sandbox) -> None:
 
 
 @pytest.mark.skipif("bubblewrap" not in LEVELS, reason="bubblewrap does not work here")
+def test_a_probe_starts_at_its_root_and_imports_it_from_anywhere(sandbox) -> None:
+    probe = 'cd "$TMPDIR" && python3 -c \'import pkg; print(pkg.add(2, 3))\' && cd "$OLDPWD" && ls a.txt'
+    result = sandbox.exec("A", probe, env={"PYTHONPATH": "/nowhere"})
+    assert result.ok and result.stdout == "5\na.txt\n", result
+
+
+def test_targets_running_at_once_each_have_their_own_tmp(sandbox) -> None:
+    probe = (
+        "echo $(cat a.txt) > /tmp/probe.out && sleep 0.3 && cat /tmp/probe.out && ls -A /tmp | grep -c probe"
+    )
+    results = sandbox.exec_many(["base", "A", "B"], probe)
+    assert {t: r.stdout for t, r in results.items()} == {
+        "base": "base\n1\n",
+        "A": "base\n1\n",
+        "B": "changed by B\n1\n",
+    }
+    assert not Path("/tmp/probe.out").exists()  # nothing reached the host's /tmp
+
+
 def test_bubblewrap_hides_host_files_and_blocks_writes(trees) -> None:
     marker = Path("/tmp") / f"gagar-marker-{uuid.uuid4().hex}"
     marker.write_text("host secret")

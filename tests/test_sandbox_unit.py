@@ -86,3 +86,25 @@ def test_cli_takes_options_after_the_target() -> None:
     assert (args.backend, args.timeout, args.target) == ("local", 3.0, "A")
     assert parser.parse_args(["images", "build", "--no-offline"]).offline is False
     assert parser.parse_args(["sandbox", "cleanup", "--all"]).all is True
+
+
+def test_owner_labels_tell_a_dead_owner_from_a_live_one() -> None:
+    import subprocess
+    import sys
+
+    from grader.sandbox.leftovers import LABEL_BOOT, LABEL_HOST, LABEL_START, owner_alive, owner_labels
+
+    mine = owner_labels()
+    assert owner_alive(mine)
+    assert not owner_alive({**mine, LABEL_START: str(int(mine[LABEL_START]) + 1)})  # the pid was reused
+    assert owner_alive({**mine, LABEL_HOST: "another-host"})  # cannot tell: the lifetime bounds it
+    assert owner_alive({**mine, LABEL_BOOT: "another-boot"})
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not owner_alive({**mine, "gagar.pid": str(child.pid)})  # gone
+
+
+def test_limits_lifetime_must_outlast_a_command() -> None:
+    with pytest.raises(ValueError, match="lifetime"):
+        Limits(timeout=60, lifetime=30)
+    assert Limits().lifetime > Limits().command_bound

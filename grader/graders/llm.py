@@ -34,6 +34,7 @@ from grader.graders.base import Grade
 from grader.graders.budgets import Budgets
 from grader.graders.llm_config import LLMConfig
 from grader.graders.tools import (
+    MAX_RUN_TIMEOUT,
     SUBMIT,
     Markers,
     Submission,
@@ -471,10 +472,14 @@ class LLMGrader:
             return None
 
         def opener():
+            from grader.sandbox import Limits
             from grader.sandbox.environments import open_task_sandbox
 
+            # The container outlives the grading's wall budget by one run at most, then ends by itself.
+            slack = MAX_RUN_TIMEOUT + Limits().command_bound
+            limits = Limits(lifetime=self.config.budgets.wall_seconds + slack)
             # A failed environment build surfaces as `run is unavailable: <reason>`.
-            return open_task_sandbox(view, backend)
+            return open_task_sandbox(view, backend, limits)
 
         return opener
 

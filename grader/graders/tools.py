@@ -28,6 +28,7 @@ from grader.view import BASE, GradingView
 DEFAULT_OUTPUT_CHARS = 12_000
 DEFAULT_PAGE_CHARS = 8_000
 DEFAULT_RUN_TIMEOUT = 60.0
+MAX_RUN_TIMEOUT = 600.0  # as prompts/tools.json says; the sandbox's lifetime leaves room for one such run
 SUBMIT = "submit_ranking"
 
 _INJECTION = re.compile(
@@ -337,6 +338,7 @@ class Toolbox:
     def _tool_run(
         self, command: str, targets: list[str] | None = None, timeout: float = DEFAULT_RUN_TIMEOUT
     ) -> str:
+        timeout = min(float(timeout), MAX_RUN_TIMEOUT)
         labels = targets or [BASE, *self.candidates.order]
         contrast = [label for label in labels if label in self.candidates.contrast]
         if contrast:

@@ -55,6 +55,15 @@ class Limits:
     # Time between the polite TERM and the KILL when a command overruns, and the host watchdog's extra grace.
     kill_after: float = 2.0
     watchdog_grace: float = 5.0
+    lifetime: float = 3600.0
+    """Seconds a sandbox's container lives (Docker): it then ends and is removed by itself, even if its owner
+    was killed by SIGKILL or runs on another host. A sandbox used longer starts a new container (setup runs
+    again) before a command that could outlive the current one."""
+
+    @property
+    def command_bound(self) -> float:
+        """Longest a command with the default timeout can hold a container: timeout, kill grace, watchdog."""
+        return self.timeout + self.kill_after + self.watchdog_grace
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "pids", "file_size_bytes", "output_bytes", "scratch_bytes"):
@@ -62,6 +71,8 @@ class Limits:
                 raise ValueError(f"Limits.{name} must be positive")
         if self.cpus <= 0 or self.timeout <= 0 or self.kill_after < 0 or self.watchdog_grace < 0:
             raise ValueError("Limits.cpus and Limits.timeout must be positive, the graces non-negative")
+        if self.lifetime <= self.command_bound:
+            raise ValueError("Limits.lifetime must exceed timeout + kill_after + watchdog_grace")
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,8 @@ class Sandbox(ABC):
     """
 
     backend: str = ""
+    parallel_commands: bool = True
+    """Whether commands may run at the same time (False: `exec_many` runs its targets one after another)."""
     environment_note: str = ""
     """What the environment could not honour (e.g. the interpreter standing in); shown once with `run`."""
 
@@ -183,11 +196,17 @@ class Sandbox(ABC):
         env: Mapping[str, str] | None = None,
         max_parallel: int | None = None,
     ) -> dict[str, ExecResult]:
-        """Run one probe on several targets in parallel; results keyed by target, in the order given."""
+        """Run one probe on several targets; results keyed by target, in the order given.
+
+        Targets run in parallel (up to `max_parallel`) where the backend allows it (`parallel_commands`),
+        else one after another in the order given. Raises as `exec` does.
+        """
         order = list(dict.fromkeys(targets))
         if not order:
             return {}
         workers = max(1, min(len(order), max_parallel or len(order)))
+        if not self.parallel_commands:
+            return {t: self.exec(t, command, timeout, env) for t in order}
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-exec") as pool:
             futures = {t: pool.submit(self.exec, t, command, timeout, env) for t in order}
             return {t: futures[t].result() for t in order}

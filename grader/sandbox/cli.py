@@ -95,7 +95,10 @@ def _cmd_exec(args: argparse.Namespace) -> int:
         ids = ", ".join(g.group_id for g in groups)
         raise ValueError(f"{args.group_file} holds {len(groups)} groups ({ids}); pick one with --group")
     group = groups[0]
-    limits = Limits(timeout=args.timeout) if args.timeout else Limits()
+    limits = Limits()
+    if args.timeout:  # the container lives long enough for the one command asked for
+        lifetime = max(limits.lifetime, args.timeout + limits.command_bound)
+        limits = Limits(timeout=args.timeout, lifetime=lifetime)
     image = args.image or (group.task.image if args.backend == "docker" else None)
     try:
         with open_workspace(group) as ws:

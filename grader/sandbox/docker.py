@@ -4,7 +4,7 @@ Layout inside the container (root filesystem read-only, no network, no capabilit
 - /pristine (tmpfs, root-owned, mode 711): each target's tree (and, after `setup`, its set-up tree),
   written by root under an unguessable name; nobody else can list or write there.
 - /scratch (tmpfs, 1777): one private box (mode 700) per command.
-- /tmp (tmpfs, 1777): shared. A command's own leftovers in /scratch, /tmp and /dev/shm go when it ends.
+- /tmp (tmpfs, 1777). A command's own leftovers in /scratch, /tmp and /dev/shm go when it ends.
 
 Every command runs under a uid used for nothing else in the container's life, in a fresh copy of its target's
 tree: the copy, the command (under `timeout -k`), the killing of everything the uid left running, and the
@@ -12,9 +12,15 @@ removal of the box are all one `docker exec`. A host watchdog kills the uid's pr
 should a command outlive its timeout. The source paths travel in the exec's environment, which other uids
 cannot read, and are unset before the command starts.
 
-Limits: `Limits.memory_bytes` and the CPU quota are the container's, shared by commands running at the same
-time (`exec_many`); `Limits.pids` bounds each command (RLIMIT_NPROC per uid) and the container gets four
-times that. Concurrent commands can see each other's world-readable files in /tmp and /dev/shm while both run.
+Commands of one sandbox run one at a time. Without capabilities there is no mount namespace to give each
+command its own /tmp, and a probe run on several targets at once collided there (each target's uid owning the
+same names in one sticky /tmp); one at a time, every command finds /tmp, /dev/shm and /scratch holding nothing
+of another's, since each command removes its own leftovers before the next starts. `bench/sandbox.py` measures
+what this costs a `run` call against running the targets in parallel. A command starts at its tree's root,
+which is first on PYTHONPATH, with HOME and TMPDIR in its private box.
+
+Limits: `Limits.memory_bytes` and the CPU quota are the container's; `Limits.pids` bounds each command
+(RLIMIT_NPROC per uid) and the container gets four times that. `Limits.lifetime` bounds the container's life.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import math
 import os
 import secrets
 import socket
@@ -37,12 +44,18 @@ from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
 from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
 from grader.sandbox.images import DEFAULT_IMAGE
+from grader.sandbox.leftovers import (
+    LABEL,
+    LABEL_CREATED,
+    LABEL_EXPIRES,
+    owner_labels,
+    reap_dead_owners_once,
+)
 from grader.sandbox.output import CappedBuffer
 
-LABEL = "gagar.sandbox"
-LABEL_PID = "gagar.pid"
-LABEL_HOST = "gagar.host"
-LABEL_CREATED = "gagar.created"
+# A container needs this long from `run` to a first command; a command is started only in a container with at
+# least its own bound plus this margin left to live.
+_START_MARGIN = 5.0
 
 # Runs as the command's own uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: private box; $GAGAR_SETUP=1 leaves
 # the resulting tree readable (not writable) by all, for root to adopt as the target's new pristine tree.
@@ -57,6 +70,7 @@ if ! mkdir -p "$box/home" "$box/tmp" || ! cd "$src" || ! cp -R -p . "$box/t"; th
 fi
 umask 022
 cd "$box/t"
+export PYTHONPATH="$box/t${PYTHONPATH:+:$PYTHONPATH}"
 HOME=$box/home TMPDIR=$box/tmp timeout -k "$grace" "$limit" "$@"
 rc=$?
 cd /
@@ -107,6 +121,7 @@ class DockerSandbox(Sandbox):
     """
 
     backend = "docker"
+    parallel_commands = False  # see the module docstring: one /tmp, so one command at a time
 
     def __init__(
         self,
@@ -137,7 +152,12 @@ class DockerSandbox(Sandbox):
         self._uids = itertools.count(1)
         self._sources: dict[str, str] = {}
         self._container: Any = None
+        self._started = 0.0  # monotonic time just before the current container was asked for
+        self._retired: list[Any] = []  # aged-out containers: they end by themselves, or at close
         self._restart_lock = threading.Lock()
+        self._one_at_a_time = threading.Lock()
+        with contextlib.suppress(docker.errors.DockerException):  # best effort: never keeps a sandbox shut
+            reap_dead_owners_once("docker", self._client)
         lifecycle.track(self)
         try:
             self._start()
@@ -157,10 +177,15 @@ class DockerSandbox(Sandbox):
         lim = self.limits
         # Trees and their set-up copies, with room for tmpfs rounding each small file up to a page.
         pristine_size = self._bundle_size() * 4 + 64 * 1024**2
+        now = time.time()
+        self._started = time.monotonic()
         try:
             container = self._client.containers.run(
                 self.image,
-                command=["sleep", "infinity"],
+                # The container ends by itself when its lifetime is over, and is then removed (auto_remove):
+                # a killed owner cannot leak it for longer (see `leftovers`).
+                command=["sleep", str(math.ceil(lim.lifetime))],
+                auto_remove=True,
                 detach=True,
                 init=True,
                 user="65534:65534",
@@ -184,9 +209,9 @@ class DockerSandbox(Sandbox):
                 },
                 labels={
                     LABEL: "1",
-                    LABEL_PID: str(os.getpid()),
-                    LABEL_HOST: socket.gethostname(),
-                    LABEL_CREATED: f"{time.time():.3f}",
+                    **owner_labels(),
+                    LABEL_CREATED: f"{now:.3f}",
+                    LABEL_EXPIRES: f"{now + lim.lifetime:.3f}",
                 },
                 name=f"gagar-sandbox-{os.getpid()}-{secrets.token_hex(4)}",
             )
@@ -205,9 +230,20 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"could not load the trees into the container: {out[-2000:]!r}")
         self._sources = {t: f"/pristine/{names[t]}" for t in self._targets}
 
-    def _live_container(self) -> Any:
+    def _live_container(self, timeout: float) -> Any:
+        """The container to run a command of `timeout` seconds in: one that will live past its end."""
+        bound = timeout + self.limits.kill_after + self.limits.watchdog_grace + _START_MARGIN
+        if bound >= self.limits.lifetime:
+            raise SandboxError(
+                f"a {timeout:g}s command cannot fit in the sandbox's {self.limits.lifetime:g}s lifetime"
+            )
         with self._restart_lock:
             self._check_open()
+            ends = self._started + self.limits.lifetime
+            if self._container is not None and time.monotonic() + bound > ends:
+                # Commands still running in it end before it does; it goes by itself, or at close.
+                self._retired.append(self._container)
+                self._container = None
             if self._container is None:
                 for state in self._setup.values():
                     state.result = None
@@ -217,7 +253,20 @@ class DockerSandbox(Sandbox):
     def _exec_in(
         self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
     ) -> ExecResult:
-        container = self._live_container()
+        with self._one_at_a_time:
+            return self._exec_alone(target, argv, timeout, env, setup=setup)
+
+    def _exec_alone(
+        self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
+    ) -> ExecResult:
+        container = self._live_container(timeout)
+        state = self._setup[target]
+        if self.setup and not setup and state.result is None:
+            # A new container replaced the one this target was set up in: set it up again first.
+            state.result = self._exec_alone(
+                target, ["sh", "-c", self.setup], self.limits.timeout, {}, setup=True
+            )
+            container = self._live_container(timeout)
         uid = self._uid_base + next(self._uids)
         box = f"/scratch/{secrets.token_hex(12)}"
         environment = {
@@ -306,14 +355,14 @@ class DockerSandbox(Sandbox):
             self._container = None
 
     def _close(self) -> None:
-        container, self._container = self._container, None
-        if container is not None:
-            with contextlib.suppress(docker.errors.NotFound):
-                try:
-                    container.remove(force=True)
-                except docker.errors.DockerException as exc:
-                    raise SandboxError(f"could not remove container {container.name}: {exc}") from exc
-        lifecycle.untrack(self)
+        containers, self._retired = [*self._retired, self._container], []
+        self._container = None
+        try:
+            for container in containers:
+                if container is not None:
+                    _remove_container(container)
+        finally:
+            lifecycle.untrack(self)
 
 
 class _Watchdog:
@@ -339,6 +388,23 @@ class _Watchdog:
 
     def cancel(self) -> None:
         self._done.set()
+
+
+def _remove_container(container: Any) -> None:
+    """Remove `container`; one that is gone, or already being removed because it ended, is fine.
+
+    Raises `SandboxError` when the engine refuses for another reason.
+    """
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "already in progress" in str(exc):
+            return
+        raise SandboxError(f"could not remove container {container.name}: {exc}") from exc
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"could not remove container {container.name}: {exc}") from exc
 
 
 def _bundle(archives: dict[str, bytes]) -> tuple[bytes, dict[str, str]]:

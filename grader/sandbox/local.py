@@ -4,15 +4,16 @@ Isolation levels, best first (`isolation="auto"` takes the best that works here;
 work raises `SandboxUnavailable`, never falls back to less):
 - "bubblewrap": `bwrap` with every namespace unshared (no network), the host filesystem read-only, a private
   /tmp and /dev (host /tmp is invisible), the tree at /tmp/gagar/t the only other writable place.
-- "namespaces": `unshare` of the user, network, pid, ipc and uts namespaces (no network, no host processes);
-  host files stay visible and, where their permissions allow, writable.
+- "namespaces": `unshare` of the user, mount, network, pid, ipc and uts namespaces (no network, no host
+  processes) and a private /tmp (a tmpfs, with the command's own box bound back at its path); other host files
+  stay visible and, where their permissions allow, writable.
 - "none": a plain subprocess; must be asked for by name.
 
-At every level: rlimits (address space, processes, file size, CPU time, no core files), a new session
-killed as a group at the timeout, a minimal environment (nothing of the host's leaks in), output capped like
-Docker's. Run as root, each command gets a uid of its own, so RLIMIT_NPROC bounds that command alone and
-every process it left behind is killed when it ends. Run as another user, RLIMIT_NPROC counts all that
-user's processes.
+A command starts at its tree's root, which is first on PYTHONPATH. At every level: rlimits (address space,
+processes, file size, CPU time, no core files), a new session killed as a group at the timeout, a minimal
+environment (nothing of the host's leaks in), output capped like Docker's. Run as root, each command gets a
+uid of its own, so RLIMIT_NPROC bounds that command alone and every process it left behind is killed when it
+ends. Run as another user, RLIMIT_NPROC counts all that user's processes.
 """
 
 from __future__ import annotations
@@ -37,11 +38,23 @@ from pathlib import Path
 from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
 from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
+from grader.sandbox.leftovers import reap_dead_owners_once
 from grader.sandbox.output import CappedBuffer
 
 LEVELS = ("bubblewrap", "namespaces", "none")
 DIR_PREFIX = "gagar-sandbox-"
 _INSIDE = "/tmp/gagar"  # where bubblewrap shows the box
+# Inside the new mount namespace: a private /tmp; where that hides the command's box (the host's temp dir is
+# /tmp), the box is bound back at its own path, so HOME, TMPDIR and PYTHONPATH keep meaning what they say.
+_PRIVATE_TMP = r"""
+box=$(cd .. && pwd)
+mount -t tmpfs -o mode=1777,nosuid,nodev gagar-tmp /tmp || exit 125
+if ! [ -d "$box/t" ]; then
+  mkdir -p "$box" && mount --bind /proc/self/cwd/.. "$box" || exit 125
+fi
+cd "$box/t" || exit 125
+exec "$@"
+"""
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ENV = {
     "PATH": _PATH,
@@ -55,17 +68,17 @@ def _is_root() -> bool:
 
 
 def _wrap(level: str, argv: list[str], box: Path) -> tuple[list[str], Path, dict[str, str]]:
-    """(argv to run, host cwd, HOME/TMPDIR as the command sees them) for one isolation level."""
+    """(argv to run, host cwd, HOME/TMPDIR/PYTHONPATH as the command sees them) for one isolation level."""
     if level == "bubblewrap":
-        inside = {"HOME": f"{_INSIDE}/home", "TMPDIR": f"{_INSIDE}/tmp"}
+        inside = {"HOME": f"{_INSIDE}/home", "TMPDIR": f"{_INSIDE}/tmp", "PYTHONPATH": f"{_INSIDE}/t"}
         wrapped = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
         wrapped += ["--ro-bind", "/", "/", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
         wrapped += ["--bind", str(box), _INSIDE, "--chdir", f"{_INSIDE}/t", "--"]
         return wrapped + argv, box, inside
-    here = {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp")}
+    here = {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp"), "PYTHONPATH": str(box / "t")}
     if level == "namespaces":
         wrapped = ["unshare", "--user", "--map-root-user", "--net", "--ipc", "--uts", "--pid", "--fork"]
-        wrapped += ["--kill-child", "--mount", "--mount-proc", "--"]
+        wrapped += ["--kill-child", "--mount", "--mount-proc", "--", "sh", "-c", _PRIVATE_TMP, "gagar-ns"]
         return wrapped + argv, box / "t", here
     return argv, box / "t", here
 
@@ -150,6 +163,7 @@ class LocalSandbox(Sandbox):
         self._level = level
         self._archives = {t: trees.archive(t) for t in self._targets}
         self._prepared: dict[str, Path] = {}
+        reap_dead_owners_once("local")
         self._root = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
         os.chmod(self._root, 0o711)  # each command's own uid must reach its box, and list nothing
         self._uid_base = 1_000_000 + secrets.randbelow(2_000) * 1_000_000 if _is_root() else None
@@ -176,6 +190,8 @@ class LocalSandbox(Sandbox):
             if uid is not None:
                 _chown_tree(box, uid)
             wrapped, cwd, dirs = _wrap(self._level, argv, box)
+            if env.get("PYTHONPATH"):  # the tree's root first, then what the caller asked for
+                dirs["PYTHONPATH"] += ":" + env["PYTHONPATH"]
             full_env = {**_ENV, **env, **dirs}
             result = self._run(wrapped, cwd, full_env, uid, timeout, target)
             if setup and cwd.exists():
