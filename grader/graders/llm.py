@@ -468,9 +468,14 @@ class LLMGrader:
             image, note = task.image, ""
             # A task's own image wins; otherwise its environment layer (built once, then reused) when it
             # names an interpreter or a recipe. A failed build surfaces as `run is unavailable: <reason>`.
-            if image is None and backend == "docker" and (task.python or task.environment):
-                layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
-                image, note = layer.tag, layer.note
+            if image is None and (task.python or task.environment):
+                if backend == "docker":
+                    layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
+                    image, note = layer.tag, layer.note
+                else:
+                    # Only Docker builds layers: say so on every `run` rather than let a probe on the
+                    # host's interpreter pass for one in the task's environment.
+                    note = not_built_note(backend, task.python)
             sandbox = open_sandbox(
                 view, backend=backend, image=image, setup=task.setup, test_command=task.test_command
             )
@@ -480,4 +485,21 @@ class LLMGrader:
         return opener
 
 
-__all__ = ["Budgets", "LLMConfig", "LLMGrader"]
+def not_built_note(backend: str, python: str | None) -> str:
+    """The `run` note of a backend that does not build task environments (every backend but docker).
+
+    Args:
+        backend: the sandbox backend's name.
+        python: the task's interpreter, if it names one.
+
+    Returns:
+        One line naming what is not honoured and what runs instead.
+    """
+    wanted = f"Python {python} and its" if python else "its"
+    return (
+        f"the {backend} backend does not build task environments: {wanted} dependencies are not installed; "
+        "commands use the host's own interpreters (sandbox='docker' builds the environment)"
+    )
+
+
+__all__ = ["Budgets", "LLMConfig", "LLMGrader", "not_built_note"]

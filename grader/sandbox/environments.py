@@ -12,12 +12,20 @@ A build runs `docker build` under a time limit with its output capped, keeps its
 when it succeeded: it is built under a temporary tag which is renamed on success and removed on failure, so
 no half-built layer ever sits under a final name. A failure (a requirement PyPI does not have, a hang, a full
 disk) raises `EnvironmentBuildError` with the reason; it concerns that task only.
+
+A layer's cache key is its recipe, not the tree that first built it: like SWE-bench's environment images, one
+layer serves every task of a (repository, version, interpreter), whatever its base commit (the tree's
+requirements file, when the recipe names one, is part of the key; the rest of the tree is not). A failed build
+is remembered under the same key (`failures/` beside the logs), so the next task of that environment fails at
+once with the remembered reason instead of paying for the same failure again; `retry=True` (`gagar env build
+--retry`) builds it again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 import re
@@ -124,6 +132,7 @@ def build_environment(
     log_bytes: int = DEFAULT_LOG_BYTES,
     force: bool = False,
     no_cache: bool = False,
+    retry: bool = False,
 ) -> EnvironmentImage:
     """Build `spec`'s layer (or reuse the one already there) and tag it under `environment_tag`.
 
@@ -135,14 +144,17 @@ def build_environment(
         log_bytes: at most this much of the build's output is kept in the log (the rest is counted, not kept).
         force: rebuild even when a layer with the same content is there.
         no_cache: do not reuse the engine's cached build steps either (a truly cold build, for benches).
+        retry: build again even when the same layer failed before (`force` retries too); by default a
+            remembered failure is raised at once.
 
     Returns:
         The layer, with the interpreter that stood in for the one asked for, if any, in its notes.
 
     Raises:
         UnknownInterpreter: `spec.python` is not a Python 3 release.
-        EnvironmentBuildError: the interpreter image or the layer could not be built; the message says why
-            (the missing requirement, the timeout, the full disk) and where the log is.
+        EnvironmentBuildError: the interpreter image or the layer could not be built, now or (remembered) in
+            an earlier build of the same layer; the message says why (the missing requirement, the timeout,
+            the full disk) and where the log is.
     """
     import docker
     import docker.errors
@@ -171,21 +183,29 @@ def build_environment(
             )
         dockerfile = _dockerfile(spec, base.tag, requirements)
         (context / "Dockerfile").write_text(dockerfile)
-        digest = _context_digest(context, base_id)
+        digest = _context_digest(context, base_id, requirements)
         with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
             if not force and image_hash(client, tag) == digest:
                 return EnvironmentImage(
                     tag, choice, False, time.monotonic() - started, _size(client, tag), None, tuple(notes)
                 )
+            failures = FailureMemory(cache)
+            remembered = None if force or retry else failures.recall(tag, digest)
+            if remembered is not None:
+                raise EnvironmentBuildError(remembered)
             log_path = cache / "logs" / f"{tag.split(':', 1)[1]}.log"
             temporary = f"{ENVIRONMENT_REPOSITORY}-partial:{spec.slug}-{secrets.token_hex(4)}"
             try:
                 _docker_build(context, temporary, digest, log_path, timeout, log_bytes, no_cache)
                 client.images.get(temporary).tag(*tag.split(":", 1))
+            except EnvironmentBuildError as exc:
+                failures.remember(tag, digest, str(exc))
+                raise
             except docker.errors.DockerException as exc:
                 raise EnvironmentBuildError(f"{spec.slug}: could not tag the layer: {exc}") from exc
             finally:
                 _remove_tag(client, temporary)
+            failures.forget(tag)
     seconds = time.monotonic() - started
     log.info("built %s in %.0f s (log: %s)", tag, seconds, log_path)
     return EnvironmentImage(tag, choice, True, seconds, _size(client, tag), log_path, tuple(notes))
@@ -249,12 +269,81 @@ def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> s
     return "\n".join(lines) + "\n"
 
 
-def _context_digest(context: Path, base_id: str) -> str:
+def _context_digest(context: Path, base_id: str, requirements: str | None) -> str:
+    """The layer's cache key: the interpreter image, the Dockerfile, the CA bundle and the requirements file.
+
+    The staged tree is left out on purpose (see the module docstring): tasks of one environment version differ
+    in their base commits, and one layer serves them all, as SWE-bench's environment images do.
+    """
     digest = hashlib.sha256(base_id.encode())
-    for path in sorted(p for p in context.rglob("*") if p.is_file() or p.is_symlink()):
-        digest.update(str(path.relative_to(context)).encode() + b"\0")
-        digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+    keyed = ["Dockerfile", "host-ca.crt", *([f"src/{requirements}"] if requirements else [])]
+    for name in keyed:
+        digest.update(name.encode() + b"\0" + (context / name).read_bytes())
     return digest.hexdigest()[:16]
+
+
+class FailureMemory:
+    """Failed layer builds: one JSON file per final tag under `<cache>/failures/`, keyed by the digest.
+
+    A record only answers for the digest it was written for: a changed recipe is a new layer and builds.
+    """
+
+    def __init__(self, cache: Path) -> None:
+        self.root = cache / "failures"
+
+    def _path(self, tag: str) -> Path:
+        return self.root / f"{tag.replace('/', '_').replace(':', '_')}.json"
+
+    def recall(self, tag: str, digest: str) -> str | None:
+        """The remembered failure of `tag` at `digest`, as an error message, or None.
+
+        Args:
+            tag: the layer's final tag.
+            digest: the layer's current cache key.
+
+        Returns:
+            The message to raise, naming the earlier reason, when it failed and how to retry; else None.
+        """
+        try:
+            record = json.loads(self._path(tag).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if record.get("digest") != digest:
+            return None
+        return (
+            f"{record.get('reason', 'failed')} [remembered from the build at {record.get('at', '?')}; "
+            "retry with `gagar env build --retry` or build_environment(..., retry=True)]"
+        )
+
+    def remember(self, tag: str, digest: str, reason: str) -> None:
+        """Record that `tag` failed at `digest` with `reason` (written atomically; never raises).
+
+        Args:
+            tag: the layer's final tag.
+            digest: the layer's cache key.
+            reason: the build's error message.
+        """
+        record = {
+            "tag": tag,
+            "digest": digest,
+            "reason": reason,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            partial = self._path(tag).with_suffix(f".{secrets.token_hex(4)}.tmp")
+            partial.write_text(json.dumps(record), encoding="utf-8")
+            partial.replace(self._path(tag))
+        except OSError as exc:
+            log.warning("could not remember the failed build of %s: %s", tag, exc)
+
+    def forget(self, tag: str) -> None:
+        """Drop `tag`'s record (after a successful build).
+
+        Args:
+            tag: the layer's final tag.
+        """
+        self._path(tag).unlink(missing_ok=True)
 
 
 def _docker_build(
@@ -350,6 +439,7 @@ def _remove_tag(client: object, tag: str) -> None:
 
 __all__ = [
     "EnvironmentImage",
+    "FailureMemory",
     "EnvironmentSpec",
     "build_environment",
     "environment_for",
