@@ -31,7 +31,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 from grader.formats import load_group_file  # noqa: E402
 from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
 from grader.models import Group, complete_group  # noqa: E402
-from grader.pipeline import grade_group_sync  # noqa: E402
+from grader.pipeline import GradingOptions, grade_group_sync  # noqa: E402
 from grader.sandbox import open_sandbox  # noqa: E402
 from grader.sandbox.prebuild import prebuild, summary_line  # noqa: E402
 from grader.testing import ScriptedServer, labels_in, tool_calls  # noqa: E402
@@ -46,9 +46,10 @@ SUMMARY = re.compile(
 def pytest_summary(text: str) -> str:
     """The last pytest summary ("1 failed, 90 passed") in `text`, with its collected count when printed."""
     found = SUMMARY.findall(text)
-    collected = re.findall(r"collected (\d+) items?", text)
+    # The first "collected": pytest's own test suite prints inner sessions' counts after it.
+    collected = re.search(r"collected (\d+) items?", text)
     summary = found[-1] if found else "no pytest summary"
-    return f"collected {collected[-1]}: {summary}" if collected else summary
+    return f"collected {collected.group(1)}: {summary}" if collected else summary
 
 
 def package_of(group: Group) -> str:
@@ -106,7 +107,10 @@ def probe_through_grader(group: Group, instance: dict[str, Any], workdir: Path) 
         grader = LLMGrader(
             "scripted", base_url=server.url, transcript_dir=workdir, seed=1, sandbox="docker", budgets=budgets
         )
-        result = grade_group_sync(group, grader)
+        # Groups every system resolved are graded too: the probe is the point here, not the sampling.
+        result = grade_group_sync(group, grader, GradingOptions(grade_all_pass=True))
+    if result.transcript is None:
+        raise RuntimeError(f"{group.group_id}: not graded ({result.status}: {result.reason})")
     events = read_transcript(result.transcript)
     start = next(e for e in events if e["type"] == "start")
     runs = [e["content"] for e in events if e["type"] == "tool_result" and e["name"] == "run"]
@@ -160,13 +164,12 @@ def main() -> None:
             if output.startswith("[environment") or "all targets" in output.splitlines()[-1]:
                 print("   ", output.splitlines()[-1][:300])
             for label, status in per_target(output).items():
-                tid = labels.get(label, label)
-                mark = (
-                    ""
-                    if label == "base"
-                    else ("  [harness: resolved]" if tid in passed else "  [harness: not resolved]")
-                )
-                print(f"    {label:5} {tid:36} {status}{mark}")
+                # A label stands for one patch; identical patches of several systems share it.
+                tids = labels.get(label, [label])
+                tids = [tids] if isinstance(tids, str) else tids
+                harness = ", ".join("resolved" if t in passed else "not resolved" for t in tids)
+                mark = "" if label == "base" else f"  [harness: {harness}]"
+                print(f"    {label:5} {'+'.join(tids):36} {status}{mark}")
 
 
 if __name__ == "__main__":
