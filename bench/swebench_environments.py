@@ -39,7 +39,8 @@ from grader.transcript import read_transcript  # noqa: E402
 from grader.workspace import open_workspace  # noqa: E402
 
 SUMMARY = re.compile(
-    r"=+ (.*?(?:passed|failed|error|errors|skipped|xfailed|deselected|no tests ran).*?) in [\d.]+s"
+    r"=+ (.*?(?:passed|failed|error|skipped|xfailed|deselected|no tests ran).*?)"
+    r" in [\d.]+ ?s(?:econds)?\b"
 )
 
 

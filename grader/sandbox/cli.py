@@ -12,7 +12,7 @@ from grader.sandbox.base import BACKENDS
 
 
 def register(subparsers: Any) -> None:
-    """Add the `sandbox` and `images` commands to the top-level parser's subparsers."""
+    """Add the `sandbox`, `images` and `env` commands to the top-level parser's subparsers."""
     sandbox = subparsers.add_parser("sandbox", help="run a command on a group's trees, isolated")
     actions = sandbox.add_subparsers(dest="sandbox_command", required=True)
 
