@@ -357,7 +357,27 @@ def test_directives(test_patch: str, repo: str = "") -> list[str]:
     return paths
 
 
+def _without_created_files(test_patch: str) -> str:
+    """`test_patch` without the diffs of the files it creates (gagar never applies it: no tree has them)."""
+    blocks = re.split(r"(?m)^(?=diff --git )", test_patch)
+    kept = [b for b in blocks if not re.search(r"(?m)^(new file mode|--- /dev/null)", b.split("\n@@", 1)[0])]
+    return "".join(kept)
+
+
 def test_command_for(recipe: Recipe, test_patch: str) -> str:
-    """The recipe's test command with the instance's relevant test files, as SWE-bench runs them."""
-    files = test_directives(test_patch, recipe.repo)
+    """The recipe's test command with the instance's relevant test files, as SWE-bench runs them.
+
+    SWE-bench applies the `test_patch` before it runs them; gagar's targets never have it, so the files it
+    creates are left out (pytest would stop at a missing path with exit 4 on every target).
+
+    Args:
+        recipe: the instance's recipe.
+        test_patch: the instance's `test_patch`.
+
+    Returns:
+        The command; "" when every test file the patch touches is one it creates (nothing to run).
+    """
+    files = test_directives(_without_created_files(test_patch), recipe.repo)
+    if not files and test_directives(test_patch, recipe.repo):
+        return ""
     return " ".join([recipe.test_command, *(shlex.quote(f) for f in files)]).strip()
