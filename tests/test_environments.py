@@ -284,3 +284,18 @@ def test_llm_run_on_the_local_backend_says_the_environment_is_not_built(tmp_path
     first = only.splitlines()[0]
     assert first.startswith("[environment: the local backend does not build task environments: Python 3.9")
     assert only.count("42") == 5  # still run, on the host's interpreter, on base and the four candidates
+
+
+def test_layer_resolves_unpinned_requirements_as_of_its_date(tmp_path) -> None:
+    # six 1.16.0 was uploaded in May 2021: as of 2021-01-01 the newest six is 1.15.0.
+    spec = EnvironmentSpec(
+        repository="gagar-tests/dated",
+        version="1",
+        python="3.9",
+        pip_packages=("six",),
+        uploaded_prior_to="2021-01-01T00:00:00Z",
+    )
+    layer = build_environment(spec)
+    with open_sandbox(make_repo(tmp_path), image=layer.tag) as sb:
+        probe = sb.exec("base", "python -c 'import six; print(six.__version__)'")
+    assert probe.stdout.strip() == "1.15.0", probe.stderr

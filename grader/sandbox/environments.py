@@ -79,6 +79,9 @@ class EnvironmentSpec:
     """The install command run in the source tree; `pip install -e` becomes a plain install (see above)."""
     env: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the layer."""
+    uploaded_prior_to: str | None = None
+    """Resolve every requirement from PyPI as of this ISO 8601 time (pip's `--uploaded-prior-to`, pip 26),
+    so unpinned requirements of an old repository get the versions of its time rather than today's."""
 
     @property
     def slug(self) -> str:
@@ -245,7 +248,14 @@ def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> s
             f"{packages} && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
         )
     # setuptools-scm in the venv lets each target's setup write its version file (see `tree_setup`).
-    lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip<25' 'setuptools<70' wheel 'setuptools-scm<8'")
+    tools = "'setuptools<70' wheel 'setuptools-scm<8'"
+    if spec.uploaded_prior_to:
+        # pip 26 has --uploaded-prior-to; from here on every pip call (the install command's too) uses it.
+        lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip>=26,<27'")
+        lines.append(f"ENV PIP_UPLOADED_PRIOR_TO={shlex.quote(spec.uploaded_prior_to)}")
+        lines.append(f"RUN {pip} -U {tools}")
+    else:
+        lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip<25' {tools}")
     if spec.pip_packages:
         lines.append(f"RUN {pip} {' '.join(shlex.quote(p) for p in spec.pip_packages)}")
     lines.append("COPY src /opt/gagar-src")
@@ -490,6 +500,7 @@ def spec_for_task(repository: str, python: str | None, recipe: dict[str, Any] | 
         build_commands=tuple(recipe.get("build_commands") or ()),
         install=recipe.get("install") or None,
         env=tuple(sorted((recipe.get("env") or {}).items())),
+        uploaded_prior_to=recipe.get("resolved_as_of") or None,
     )
 
 

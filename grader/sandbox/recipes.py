@@ -62,6 +62,12 @@ CONDA_TO_DEBIAN: dict[str, str | None] = {
 }
 
 
+# PyPI as SWE-bench's own environment images saw it: the containerised harness (swebench 2.0) built them from
+# these tables in mid-2024. Unpinned requirements resolved today drift (docutils 0.22, 2025, dropped the
+# `docutils.utils.roman` that sphinx 3.5 imports); pip's --uploaded-prior-to keeps them at that date.
+SWEBENCH_RESOLVED_AS_OF = "2024-07-01T00:00:00Z"
+
+
 class RecipeError(ValueError):
     """No recipe for this repository and version, or the specification tables could not be read."""
 
@@ -96,6 +102,8 @@ class Recipe:
     """What the spec asks for that an offline build cannot do, one entry each, with the reason."""
     source: str = ""
     """Where the recipe was read: the pinned swebench version and the table entry."""
+    resolved_as_of: str = ""
+    """Resolve from PyPI as of this ISO 8601 time (pip's --uploaded-prior-to); "" resolves as of now."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +120,7 @@ class Recipe:
             "env": dict(self.env),
             "unhonoured": list(self.unhonoured),
             "source": self.source,
+            "resolved_as_of": self.resolved_as_of,
         }
 
     @classmethod
@@ -305,6 +314,7 @@ def recipe_from_spec(
         env=tuple(sorted(env.items())),
         unhonoured=tuple(unhonoured),
         source=source,
+        resolved_as_of=SWEBENCH_RESOLVED_AS_OF,
     )
 
 
