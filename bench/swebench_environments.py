@@ -80,19 +80,23 @@ def base_checks(group: Group, image: str) -> dict[str, str]:
             "base", f"python -c 'import {name}, sys; print(sys.version.split()[0], {name}.__file__)'"
         )
         started = time.perf_counter()
-        tests = sb.run_tests("base")
+        tests = sb.run_tests("base") if group.task.test_command else None
         seconds = time.perf_counter() - started
     return {
         "import": (
             imported.stdout.strip() if imported.exit_code == 0 else f"FAILED {imported.stderr[-300:]}"
         ),
-        "tests": f"exit {tests.exit_code}, {pytest_summary(tests.stdout)} ({seconds:.0f} s)",
+        "tests": (
+            f"exit {tests.exit_code}, {pytest_summary(tests.stdout)} ({seconds:.0f} s)"
+            if tests is not None
+            else "no test command (the test_patch only creates test files)"
+        ),
     }
 
 
 def probe_through_grader(group: Group, instance: dict[str, Any], workdir: Path) -> tuple[dict, list[str]]:
     """Grade `group` with a scripted policy running `tests` and the FAIL_TO_PASS probe; labels and outputs."""
-    probes = ["tests", fail_to_pass_probe(instance)]
+    probes = (["tests"] if group.task.test_command else []) + [fail_to_pass_probe(instance)]
 
     def policy(request: dict[str, Any], _n: int):
         labels = labels_in(request)
@@ -160,7 +164,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             labels, runs = probe_through_grader(group, instances[group.group_id], Path(tmp))
         passed = {t.id for t in group.trajectories if t.passed}
-        for name, output in zip(["tests", "FAIL_TO_PASS"], runs, strict=False):
+        names = (["tests"] if group.task.test_command else []) + ["FAIL_TO_PASS"]
+        for name, output in zip(names, runs, strict=False):
             print(f"run {name!r}:")
             if output.startswith("[environment") or "all targets" in output.splitlines()[-1]:
                 print("   ", output.splitlines()[-1][:300])
