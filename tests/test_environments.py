@@ -179,7 +179,7 @@ def test_failed_build_is_remembered_and_fails_fast_until_retried() -> None:
     )
     with pytest.raises(EnvironmentBuildError, match="returned a non-zero code: 7") as first:
         build_environment(spec, retry=True)
-    assert "remembered" not in str(first.value)
+    assert "remembered from" not in str(first.value)
     started = time.monotonic()
     with pytest.raises(EnvironmentBuildError, match="remembered from the build at") as again:
         build_environment(spec)
@@ -187,7 +187,7 @@ def test_failed_build_is_remembered_and_fails_fast_until_retried() -> None:
     assert "non-zero code: 7" in str(again.value) and "--retry" in str(again.value)
     with pytest.raises(EnvironmentBuildError) as retried:
         build_environment(spec, retry=True)
-    assert "remembered" not in str(retried.value)
+    assert "remembered from" not in str(retried.value)
     # A changed recipe is another layer: the old failure does not answer for it.
     fixed = EnvironmentSpec(repository=spec.repository, version="1", python="3.9", build_commands=("true",))
     assert build_environment(fixed).tag.endswith("gagar-tests__remembered-1-py3.9")
@@ -277,7 +277,7 @@ def test_env_build_cli_builds_each_layer_once_and_reports_failures(small_env, tm
 
 
 def test_llm_run_on_the_local_backend_says_the_environment_is_not_built(tmp_path) -> None:
-    probes = ["python -c 'print(40 + 2)'"]
+    probes = ["python3 -c 'print(40 + 2)'"]
     result, runs = _grade_probes({"python": "3.9", "environment": SMALL_RECIPE}, probes, tmp_path, "local")
     assert result.status == "graded", result.reason
     (only,) = runs
