@@ -299,3 +299,17 @@ def test_layer_resolves_unpinned_requirements_as_of_its_date(tmp_path) -> None:
     with open_sandbox(make_repo(tmp_path), image=layer.tag) as sb:
         probe = sb.exec("base", "python -c 'import six; print(six.__version__)'")
     assert probe.stdout.strip() == "1.15.0", probe.stderr
+
+
+def test_sandbox_exec_cli_runs_in_the_task_layer(small_env, tmp_path, capsys) -> None:
+    import json
+
+    from grader.cli import main
+
+    path = _group_file(tmp_path, "one.jsonl", [{"python": "3.9", "environment": SMALL_RECIPE}])
+    code = main(
+        ["sandbox", "exec", str(path), "base", "--", "python -c 'import six; print(six.__version__)'"]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["exit_code"] == 0 and result["stdout"].strip() == "1.16.0", result
