@@ -37,6 +37,11 @@ def small_env():
     return build_environment(SMALL)
 
 
+def _spec(name: str, **fields) -> EnvironmentSpec:
+    """A test layer's spec: `gagar-tests/<name>` version 1 on Python 3.9."""
+    return EnvironmentSpec(repository=f"gagar-tests/{name}", version="1", python="3.9", **fields)
+
+
 def _tags() -> set[str]:
     import docker
 
@@ -69,12 +74,7 @@ def test_second_build_reuses_the_layer(small_env) -> None:
 
 
 def test_nonexistent_requirement_fails_with_its_name_and_leaves_no_tag() -> None:
-    spec = EnvironmentSpec(
-        repository="gagar-tests/missing",
-        version="1",
-        python="3.9",
-        pip_packages=("gagar-no-such-package-on-pypi==0.0.1",),
-    )
+    spec = _spec("missing", pip_packages=("gagar-no-such-package-on-pypi==0.0.1",))
     with pytest.raises(EnvironmentBuildError, match="gagar-no-such-package-on-pypi") as caught:
         build_environment(spec, force=True)
     assert "not on PyPI" in str(caught.value) and "log: " in str(caught.value)
@@ -171,12 +171,7 @@ def test_llm_run_says_why_the_environment_could_not_be_built(tmp_path) -> None:
 
 
 def test_failed_build_is_remembered_and_fails_fast_until_retried() -> None:
-    spec = EnvironmentSpec(
-        repository="gagar-tests/remembered",
-        version="1",
-        python="3.9",
-        build_commands=("echo gagar-remembered-failure >&2; exit 7",),
-    )
+    spec = _spec("remembered", build_commands=("echo gagar-remembered-failure >&2; exit 7",))
     with pytest.raises(EnvironmentBuildError, match="returned a non-zero code: 7") as first:
         build_environment(spec, retry=True)
     assert "remembered from" not in str(first.value)
@@ -189,7 +184,7 @@ def test_failed_build_is_remembered_and_fails_fast_until_retried() -> None:
         build_environment(spec, retry=True)
     assert "remembered from" not in str(retried.value)
     # A changed recipe is another layer: the old failure does not answer for it.
-    fixed = EnvironmentSpec(repository=spec.repository, version="1", python="3.9", build_commands=("true",))
+    fixed = _spec("remembered", build_commands=("true",))
     assert build_environment(fixed).tag.endswith("gagar-tests__remembered-1-py3.9")
 
 
@@ -288,13 +283,7 @@ def test_llm_run_on_the_local_backend_says_the_environment_is_not_built(tmp_path
 
 def test_layer_resolves_unpinned_requirements_as_of_its_date(tmp_path) -> None:
     # six 1.16.0 was uploaded in May 2021: as of 2021-01-01 the newest six is 1.15.0.
-    spec = EnvironmentSpec(
-        repository="gagar-tests/dated",
-        version="1",
-        python="3.9",
-        pip_packages=("six",),
-        uploaded_prior_to="2021-01-01T00:00:00Z",
-    )
+    spec = _spec("dated", pip_packages=("six",), uploaded_prior_to="2021-01-01T00:00:00Z")
     layer = build_environment(spec)
     with open_sandbox(make_repo(tmp_path), image=layer.tag) as sb:
         probe = sb.exec("base", "python -c 'import six; print(six.__version__)'")
