@@ -180,7 +180,7 @@ def test_import_swebench_carries_the_environment(tmp_path: Path) -> None:
     assert first.python == "3.9" and first.image is None
     assert first.environment is not None and first.environment["repo"] == "pytest-dev/pytest"
     assert first.environment["version"] == "5.4" and first.environment["install"]
-    assert first.environment["resolved_as_of"] == "2024-07-01T00:00:00Z"  # PyPI as the harness saw it
+    assert first.environment["resolved_as_of"] == "2025-01-01T00:00:00Z"  # PyPI as the harness saw it
     assert first.test_command == "pytest -rA testing/test_mark.py"  # the data file is left out
     assert first.setup is not None and "egg_info" in first.setup  # stands in for `pip install -e .`
     assert own.image == "local/own:1" and own.test_command == "pytest -rA"

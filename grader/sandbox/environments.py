@@ -202,8 +202,13 @@ def build_environment(
                 _docker_build(context, temporary, digest, log_path, timeout, log_bytes, no_cache)
                 client.images.get(temporary).tag(*tag.split(":", 1))
             except EnvironmentBuildError as exc:
-                failures.remember(tag, digest, str(exc))
-                raise
+                # Named by the final tag (the temporary one means nothing to a reader), with the date
+                # requirements were resolved at when there is one: "not on PyPI" then means "not yet".
+                reason = str(exc).split(": ", 1)[-1]
+                dated = f" [PyPI as of {spec.uploaded_prior_to}]" if spec.uploaded_prior_to else ""
+                message = f"{tag.split(':', 1)[1]}: {reason}{dated}"
+                failures.remember(tag, digest, message)
+                raise EnvironmentBuildError(message) from exc
             except docker.errors.DockerException as exc:
                 raise EnvironmentBuildError(f"{spec.slug}: could not tag the layer: {exc}") from exc
             finally:

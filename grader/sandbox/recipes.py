@@ -62,10 +62,11 @@ CONDA_TO_DEBIAN: dict[str, str | None] = {
 }
 
 
-# PyPI as SWE-bench's own environment images saw it: the containerised harness (swebench 2.0) built them from
-# these tables in mid-2024. Unpinned requirements resolved today drift (docutils 0.22, 2025, dropped the
-# `docutils.utils.roman` that sphinx 3.5 imports); pip's --uploaded-prior-to keeps them at that date.
-SWEBENCH_RESOLVED_AS_OF = "2024-07-01T00:00:00Z"
+# PyPI as SWE-bench's environment images could have seen it: after the pins its tables add for the
+# repositories we met (tox==4.16.0 for sphinx, July 2024) and before today's drift, which breaks old trees
+# (docutils 0.22, July 2025, dropped the `docutils.utils.roman` that sphinx 3.5 imports). A later pin fails
+# with this date in its reason. pip's --uploaded-prior-to keeps every resolution at this date.
+SWEBENCH_RESOLVED_AS_OF = "2025-01-01T00:00:00Z"
 
 
 class RecipeError(ValueError):
