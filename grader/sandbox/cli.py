@@ -136,8 +136,7 @@ def _cmd_exec(args: argparse.Namespace) -> int:
 
 def _task_image(group: Any, workspace: Any, backend: str, image: str | None) -> str | None:
     """The image `sandbox exec` runs in: the one given, else the task's environment layer."""
-    from grader.graders.llm import not_built_note
-    from grader.sandbox.environments import environment_for, spec_for_task
+    from grader.sandbox.environments import environment_for, not_built_note, spec_for_task
     from grader.sandbox.prebuild import needs_layer
 
     if image is not None or not needs_layer(group):
