@@ -6,13 +6,19 @@ their tags between runs, so only the first run pays for the builds.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from grader.errors import EnvironmentBuildError, UnknownInterpreter
 from grader.sandbox import open_sandbox
-from grader.sandbox.environments import ENVIRONMENT_REPOSITORY, EnvironmentSpec, build_environment
+from grader.sandbox.environments import (
+    ENVIRONMENT_REPOSITORY,
+    EnvironmentSpec,
+    FailureMemory,
+    build_environment,
+)
 from tests.conftest_sandbox import docker_marks, make_repo
 
 pytestmark = docker_marks()
@@ -29,6 +35,11 @@ SMALL = EnvironmentSpec(
 @pytest.fixture(scope="session")
 def small_env():
     return build_environment(SMALL)
+
+
+def _spec(name: str, **fields) -> EnvironmentSpec:
+    """A test layer's spec: `gagar-tests/<name>` version 1 on Python 3.9."""
+    return EnvironmentSpec(repository=f"gagar-tests/{name}", version="1", python="3.9", **fields)
 
 
 def _tags() -> set[str]:
@@ -63,12 +74,7 @@ def test_second_build_reuses_the_layer(small_env) -> None:
 
 
 def test_nonexistent_requirement_fails_with_its_name_and_leaves_no_tag() -> None:
-    spec = EnvironmentSpec(
-        repository="gagar-tests/missing",
-        version="1",
-        python="3.9",
-        pip_packages=("gagar-no-such-package-on-pypi==0.0.1",),
-    )
+    spec = _spec("missing", pip_packages=("gagar-no-such-package-on-pypi==0.0.1",))
     with pytest.raises(EnvironmentBuildError, match="gagar-no-such-package-on-pypi") as caught:
         build_environment(spec, force=True)
     assert "not on PyPI" in str(caught.value) and "log: " in str(caught.value)
@@ -92,7 +98,7 @@ def test_unknown_interpreter_is_refused_before_any_build() -> None:
         build_environment(EnvironmentSpec(repository="x/y", version="1", python="2.7"))
 
 
-def _grade_probes(task_update: dict, probes: list[str], tmp_path: Path):
+def _grade_probes(task_update: dict, probes: list[str], tmp_path: Path, sandbox: str = "docker"):
     """Grade the example group with a scripted model that runs `probes` on every target, then ranks."""
     from grader.formats import load_group_file
     from grader.graders.llm import Budgets, LLMGrader
@@ -120,7 +126,7 @@ def _grade_probes(task_update: dict, probes: list[str], tmp_path: Path):
             base_url=server.url,
             transcript_dir=tmp_path,
             seed=7,
-            sandbox="docker",
+            sandbox=sandbox,
             budgets=budgets,
         )
         result = grade_group_sync(group, grader)
@@ -162,3 +168,137 @@ def test_llm_run_says_why_the_environment_could_not_be_built(tmp_path) -> None:
     assert result.status == "graded", result.reason  # the other tools still work; the grade goes on
     (only,) = runs
     assert "run is unavailable: EnvironmentBuildError" in only and "gagar-no-such-package-on-pypi" in only
+
+
+def test_failed_build_is_remembered_and_fails_fast_until_retried() -> None:
+    spec = _spec("remembered", build_commands=("echo gagar-remembered-failure >&2; exit 7",))
+    with pytest.raises(EnvironmentBuildError, match="returned a non-zero code: 7") as first:
+        build_environment(spec, retry=True)
+    assert "remembered from" not in str(first.value)
+    started = time.monotonic()
+    with pytest.raises(EnvironmentBuildError, match="remembered from the build at") as again:
+        build_environment(spec)
+    assert time.monotonic() - started < 10  # no docker build: the recorded reason comes back at once
+    assert "non-zero code: 7" in str(again.value) and "--retry" in str(again.value)
+    with pytest.raises(EnvironmentBuildError) as retried:
+        build_environment(spec, retry=True)
+    assert "remembered from" not in str(retried.value)
+    # A changed recipe is another layer: the old failure does not answer for it.
+    fixed = _spec("remembered", build_commands=("true",))
+    assert build_environment(fixed).tag.endswith("gagar-tests__remembered-1-py3.9")
+
+
+def test_failure_memory_answers_only_for_its_digest(tmp_path) -> None:
+    memory = FailureMemory(tmp_path)
+    assert memory.recall("gagar/env:x-1-py3.9", "aaaa") is None
+    memory.remember("gagar/env:x-1-py3.9", "aaaa", "x-1: requirement nope is not on PyPI")
+    recalled = memory.recall("gagar/env:x-1-py3.9", "aaaa")
+    assert recalled is not None and recalled.startswith("x-1: requirement nope is not on PyPI [remembered")
+    assert memory.recall("gagar/env:x-1-py3.9", "bbbb") is None
+    assert memory.recall("gagar/env:y-1-py3.9", "aaaa") is None
+    memory.forget("gagar/env:x-1-py3.9")
+    assert memory.recall("gagar/env:x-1-py3.9", "aaaa") is None
+    assert [p.name for p in (tmp_path / "failures").iterdir()] == []  # no temporary file left behind
+
+
+def _tree(root: Path, requirements: str, module: str) -> Path:
+    root.mkdir()
+    (root / "requirements.txt").write_text(requirements)
+    (root / "mod.py").write_text(module)
+    return root
+
+
+def test_one_layer_serves_every_tree_of_an_environment_version(tmp_path) -> None:
+    spec = EnvironmentSpec(
+        repository="gagar-tests/shared", version="1", python="3.9", requirements_files=("requirements.txt",)
+    )
+    first = build_environment(spec, _tree(tmp_path / "a", "six==1.16.0\n", "X = 1\n"))
+    # Another base commit of the same version: other sources, same requirements -> the same layer.
+    other = build_environment(spec, _tree(tmp_path / "b", "six==1.16.0\n", "X = 2  # changed\n"))
+    assert not other.built and other.tag == first.tag
+    # Different requirements are a different layer under the same tag: built again.
+    changed = build_environment(spec, _tree(tmp_path / "c", "six==1.15.0\n", "X = 1\n"))
+    assert changed.built and changed.tag == first.tag
+    with open_sandbox(make_repo(tmp_path), image=changed.tag) as sb:
+        probe = sb.exec("base", "python -c 'import six; print(six.__version__)'")
+    assert probe.stdout.strip() == "1.15.0", probe.stderr
+
+
+def _group_file(tmp_path: Path, name: str, tasks: list[dict]) -> Path:
+    from grader.formats import load_group_file, write_groups
+    from tests.conftest import EXAMPLE_GROUP
+
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    groups = [
+        group.model_copy(update={"group_id": f"g{i}", "task": group.task.model_copy(update=update)})
+        for i, update in enumerate(tasks)
+    ]
+    path = tmp_path / name
+    write_groups(groups, path)
+    return path
+
+
+def test_env_build_cli_builds_each_layer_once_and_reports_failures(small_env, tmp_path, capsys) -> None:
+    from grader.cli import main
+
+    missing = {
+        "repo": "gagar-tests/missing",
+        "version": "1",
+        "pip_packages": ["gagar-no-such-package-on-pypi==0.0.1"],
+    }
+    path = _group_file(
+        tmp_path,
+        "groups.jsonl",
+        [
+            {"python": "3.9", "environment": SMALL_RECIPE},
+            {"python": "3.9", "environment": SMALL_RECIPE},  # the same layer: built (here reused) once
+            {"python": "3.9", "environment": missing},
+            {},  # no environment: needs no layer
+            {"python": "3.9", "environment": SMALL_RECIPE, "image": "gagar/python"},  # its own image wins
+        ],
+    )
+    code = main(["env", "build", str(path), "--retry"])
+    out = capsys.readouterr().out
+    assert code == 1, out  # one layer failed; the other was still checked
+    lines = out.strip().splitlines()
+    assert lines[0].startswith(f"reused  {small_env.tag}") and lines[0].endswith("2 groups"), lines
+    assert (
+        lines[1].startswith("failed  gagar-tests__missing-1") and "gagar-no-such-package-on-pypi" in lines[1]
+    )
+    assert lines[-1] == "2 layer(s) for 3 group(s): 0 built, 1 reused, 1 failed; 2 group(s) need no layer"
+    # Without --retry the failure is the remembered one, at once.
+    assert main(["env", "build", str(path), "--group", "g2"]) == 1
+    assert "remembered from the build at" in capsys.readouterr().out
+
+
+def test_llm_run_on_the_local_backend_says_the_environment_is_not_built(tmp_path) -> None:
+    probes = ["python3 -c 'print(40 + 2)'"]
+    result, runs = _grade_probes({"python": "3.9", "environment": SMALL_RECIPE}, probes, tmp_path, "local")
+    assert result.status == "graded", result.reason
+    (only,) = runs
+    first = only.splitlines()[0]
+    assert first.startswith("[environment: the local backend does not build task environments: Python 3.9")
+    assert only.count("42") == 5  # still run, on the host's interpreter, on base and the four candidates
+
+
+def test_layer_resolves_unpinned_requirements_as_of_its_date(tmp_path) -> None:
+    # six 1.16.0 was uploaded in May 2021: as of 2021-01-01 the newest six is 1.15.0.
+    spec = _spec("dated", pip_packages=("six",), uploaded_prior_to="2021-01-01T00:00:00Z")
+    layer = build_environment(spec)
+    with open_sandbox(make_repo(tmp_path), image=layer.tag) as sb:
+        probe = sb.exec("base", "python -c 'import six; print(six.__version__)'")
+    assert probe.stdout.strip() == "1.15.0", probe.stderr
+
+
+def test_sandbox_exec_cli_runs_in_the_task_layer(small_env, tmp_path, capsys) -> None:
+    import json
+
+    from grader.cli import main
+
+    path = _group_file(tmp_path, "one.jsonl", [{"python": "3.9", "environment": SMALL_RECIPE}])
+    code = main(
+        ["sandbox", "exec", str(path), "base", "--", "python -c 'import six; print(six.__version__)'"]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["exit_code"] == 0 and result["stdout"].strip() == "1.16.0", result

@@ -152,12 +152,21 @@ def test_import_swebench_carries_the_environment(tmp_path: Path) -> None:
         "+++ b/testing/test_mark.py\n@@ -1 +1,2 @@\n x\n+y\n"
         "diff --git a/testing/data.json b/testing/data.json\n"
     )
+    # A test file the patch creates is in no target's tree: running it would stop pytest on every target.
+    created = (
+        "diff --git a/testing/test_new.py b/testing/test_new.py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/testing/test_new.py\n@@ -0,0 +1 @@\n+def test_x(): pass\n"
+    )
     rows = [
         {"instance_id": "p-1", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c1",
          "test_patch": test_patch},
         {"instance_id": "p-2", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c2",
          "image": "local/own:1"},
         {"instance_id": "p-3", "repo": "nobody/knows", "version": "1.0", "base_commit": "c3"},
+        {"instance_id": "p-4", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c4",
+         "test_patch": created + test_patch},
+        {"instance_id": "p-5", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c5",
+         "test_patch": created},
     ]  # fmt: skip
     instances = tmp_path / "instances.json"
     instances.write_text(json.dumps(rows))
@@ -167,12 +176,15 @@ def test_import_swebench_carries_the_environment(tmp_path: Path) -> None:
     )
     results = tmp_path / "r.json"
     results.write_text(json.dumps({"resolved_ids": ["p-1"]}))
-    first, own, unknown = (g.task for g in import_swebench(instances, [preds], [results]))
+    first, own, unknown, mixed, only_new = (g.task for g in import_swebench(instances, [preds], [results]))
     assert first.python == "3.9" and first.image is None
     assert first.environment is not None and first.environment["repo"] == "pytest-dev/pytest"
     assert first.environment["version"] == "5.4" and first.environment["install"]
+    assert first.environment["resolved_as_of"] == "2025-01-01T00:00:00Z"  # PyPI as the harness saw it
     assert first.test_command == "pytest -rA testing/test_mark.py"  # the data file is left out
     assert first.setup is not None and "egg_info" in first.setup  # stands in for `pip install -e .`
     assert own.image == "local/own:1" and own.test_command == "pytest -rA"
     assert unknown.environment is None and unknown.python is None and unknown.test_command is None
     assert unknown.setup is None
+    assert mixed.test_command == "pytest -rA testing/test_mark.py"
+    assert only_new.test_command is None and only_new.environment is not None

@@ -1,4 +1,4 @@
-"""`gagar sandbox exec|cleanup` and `gagar images build`: argument parsing over the sandbox API."""
+"""`gagar sandbox`, `gagar images build` and `gagar env build`: argument parsing over the sandbox API."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from grader.sandbox.base import BACKENDS
 
 
 def register(subparsers: Any) -> None:
-    """Add the `sandbox` and `images` commands to the top-level parser's subparsers."""
+    """Add the `sandbox`, `images` and `env` commands to the top-level parser's subparsers."""
     sandbox = subparsers.add_parser("sandbox", help="run a command on a group's trees, isolated")
     actions = sandbox.add_subparsers(dest="sandbox_command", required=True)
 
@@ -51,6 +51,20 @@ def register(subparsers: Any) -> None:
     build.add_argument("--force", action="store_true", help="rebuild even when up to date")
     build.set_defaults(func=_cmd_images_build)
 
+    env = subparsers.add_parser("env", help="task environment layers")
+    env_actions = env.add_subparsers(dest="env_command", required=True)
+    prebuild = env_actions.add_parser(
+        "build",
+        help="build the environment layers of the groups' tasks ahead of grading, with a summary",
+        description="Builds each distinct layer once; exit 1 when any failed (the others are still built).",
+    )
+    prebuild.add_argument("group_files", nargs="+", type=Path)
+    prebuild.add_argument("--group", action="append", help="only this group id (repeatable)")
+    prebuild.add_argument("--retry", action="store_true", help="build layers whose earlier build failed")
+    prebuild.add_argument("--force", action="store_true", help="rebuild layers that are already there")
+    prebuild.add_argument("--timeout", type=float, help="seconds one layer's build may take (default 1800)")
+    prebuild.set_defaults(func=_cmd_env_build)
+
 
 def _add_exec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", help="the group's id when the file holds several")
@@ -78,6 +92,7 @@ def _split_rest(args: argparse.Namespace) -> list[str]:
 
 
 def _cmd_exec(args: argparse.Namespace) -> int:
+    from grader.errors import EnvironmentBuildError
     from grader.formats import load_group_file
     from grader.sandbox import SandboxError, open_sandbox
     from grader.sandbox.base import Limits
@@ -104,6 +119,7 @@ def _cmd_exec(args: argparse.Namespace) -> int:
         with open_workspace(group) as ws:
             if args.target not in ws.targets():
                 raise ValueError(f"no target {args.target!r}; the group has {', '.join(ws.targets())}")
+            image = _task_image(group, ws, args.backend, image)
             with open_sandbox(
                 ws,
                 backend=args.backend,
@@ -114,11 +130,28 @@ def _cmd_exec(args: argparse.Namespace) -> int:
                 isolation=args.isolation,
             ) as sandbox:
                 result = sandbox.exec(args.target, argv if len(argv) > 1 else argv[0])
-    except SandboxError as exc:
+    except (SandboxError, EnvironmentBuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     print(json.dumps(result.to_dict(), indent=2))
     return 0
+
+
+def _task_image(group: Any, workspace: Any, backend: str, image: str | None) -> str | None:
+    """The image `sandbox exec` runs in: the one given, else the task's environment layer."""
+    from grader.sandbox.environments import environment_for, not_built_note, spec_for_task
+    from grader.sandbox.prebuild import needs_layer
+
+    if image is not None or not needs_layer(group):
+        return image
+    task = group.task
+    if backend != "docker":
+        print(f"note: {not_built_note(backend, task.python)}", file=sys.stderr)
+        return None
+    layer = environment_for(workspace, spec_for_task(task.repo, task.python, task.environment))
+    if layer.note:
+        print(f"note: {layer.note}", file=sys.stderr)
+    return layer.tag
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
@@ -146,3 +179,34 @@ def _cmd_images_build(args: argparse.Namespace) -> int:
         state = f"built in {image.seconds:.0f} s" if image.built else "up to date"
         print(f"{image.tag} {image.content_hash} {state}")
     return 0
+
+
+def _cmd_env_build(args: argparse.Namespace) -> int:
+    from grader.formats import load_group_file
+    from grader.models import complete_group
+    from grader.sandbox.prebuild import needs_layer, prebuild, summary_line
+
+    groups = [complete_group(g) for path in args.group_files for g in load_group_file(path)]
+    if args.group:
+        missing = set(args.group) - {g.group_id for g in groups}
+        if missing:
+            raise ValueError(
+                f"no group {', '.join(sorted(missing))} in {', '.join(map(str, args.group_files))}"
+            )
+        groups = [g for g in groups if g.group_id in set(args.group)]
+    skipped = sum(1 for g in groups if not needs_layer(g))
+    outcomes = prebuild(
+        groups,
+        retry=args.retry,
+        force=args.force,
+        timeout=args.timeout,
+        on_layer=lambda outcome: print(summary_line(outcome), flush=True),
+    )
+    counts = {
+        status: sum(1 for o in outcomes if o.status == status) for status in ("built", "reused", "failed")
+    }
+    print(
+        f"{len(outcomes)} layer(s) for {len(groups) - skipped} group(s): {counts['built']} built, "
+        f"{counts['reused']} reused, {counts['failed']} failed; {skipped} group(s) need no layer"
+    )
+    return 1 if counts["failed"] else 0

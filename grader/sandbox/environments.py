@@ -12,12 +12,20 @@ A build runs `docker build` under a time limit with its output capped, keeps its
 when it succeeded: it is built under a temporary tag which is renamed on success and removed on failure, so
 no half-built layer ever sits under a final name. A failure (a requirement PyPI does not have, a hang, a full
 disk) raises `EnvironmentBuildError` with the reason; it concerns that task only.
+
+A layer's cache key is its recipe, not the tree that first built it: like SWE-bench's environment images, one
+layer serves every task of a (repository, version, interpreter), whatever its base commit (the tree's
+requirements file, when the recipe names one, is part of the key; the rest of the tree is not). A failed build
+is remembered under the same key (`failures/` beside the logs), so the next task of that environment fails at
+once with the remembered reason instead of paying for the same failure again; `retry=True` (`gagar env build
+--retry`) builds it again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 import re
@@ -71,6 +79,9 @@ class EnvironmentSpec:
     """The install command run in the source tree; `pip install -e` becomes a plain install (see above)."""
     env: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the layer."""
+    uploaded_prior_to: str | None = None
+    """Resolve every requirement from PyPI as of this ISO 8601 time (pip's `--uploaded-prior-to`, pip 26),
+    so unpinned requirements of an old repository get the versions of its time rather than today's."""
 
     @property
     def slug(self) -> str:
@@ -124,6 +135,7 @@ def build_environment(
     log_bytes: int = DEFAULT_LOG_BYTES,
     force: bool = False,
     no_cache: bool = False,
+    retry: bool = False,
 ) -> EnvironmentImage:
     """Build `spec`'s layer (or reuse the one already there) and tag it under `environment_tag`.
 
@@ -135,14 +147,17 @@ def build_environment(
         log_bytes: at most this much of the build's output is kept in the log (the rest is counted, not kept).
         force: rebuild even when a layer with the same content is there.
         no_cache: do not reuse the engine's cached build steps either (a truly cold build, for benches).
+        retry: build again even when the same layer failed before (`force` retries too); by default a
+            remembered failure is raised at once.
 
     Returns:
         The layer, with the interpreter that stood in for the one asked for, if any, in its notes.
 
     Raises:
         UnknownInterpreter: `spec.python` is not a Python 3 release.
-        EnvironmentBuildError: the interpreter image or the layer could not be built; the message says why
-            (the missing requirement, the timeout, the full disk) and where the log is.
+        EnvironmentBuildError: the interpreter image or the layer could not be built, now or (remembered) in
+            an earlier build of the same layer; the message says why (the missing requirement, the timeout,
+            the full disk) and where the log is.
     """
     import docker
     import docker.errors
@@ -171,21 +186,34 @@ def build_environment(
             )
         dockerfile = _dockerfile(spec, base.tag, requirements)
         (context / "Dockerfile").write_text(dockerfile)
-        digest = _context_digest(context, base_id)
+        digest = _context_digest(context, base_id, requirements)
         with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
             if not force and image_hash(client, tag) == digest:
                 return EnvironmentImage(
                     tag, choice, False, time.monotonic() - started, _size(client, tag), None, tuple(notes)
                 )
+            failures = FailureMemory(cache)
+            remembered = None if force or retry else failures.recall(tag, digest)
+            if remembered is not None:
+                raise EnvironmentBuildError(remembered)
             log_path = cache / "logs" / f"{tag.split(':', 1)[1]}.log"
             temporary = f"{ENVIRONMENT_REPOSITORY}-partial:{spec.slug}-{secrets.token_hex(4)}"
             try:
                 _docker_build(context, temporary, digest, log_path, timeout, log_bytes, no_cache)
                 client.images.get(temporary).tag(*tag.split(":", 1))
+            except EnvironmentBuildError as exc:
+                # Named by the final tag (the temporary one means nothing to a reader), with the date
+                # requirements were resolved at when there is one: "not on PyPI" then means "not yet".
+                reason = str(exc).split(": ", 1)[-1]
+                dated = f" [PyPI as of {spec.uploaded_prior_to}]" if spec.uploaded_prior_to else ""
+                message = f"{tag.split(':', 1)[1]}: {reason}{dated}"
+                failures.remember(tag, digest, message)
+                raise EnvironmentBuildError(message) from exc
             except docker.errors.DockerException as exc:
                 raise EnvironmentBuildError(f"{spec.slug}: could not tag the layer: {exc}") from exc
             finally:
                 _remove_tag(client, temporary)
+            failures.forget(tag)
     seconds = time.monotonic() - started
     log.info("built %s in %.0f s (log: %s)", tag, seconds, log_path)
     return EnvironmentImage(tag, choice, True, seconds, _size(client, tag), log_path, tuple(notes))
@@ -225,7 +253,14 @@ def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> s
             f"{packages} && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
         )
     # setuptools-scm in the venv lets each target's setup write its version file (see `tree_setup`).
-    lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip<25' 'setuptools<70' wheel 'setuptools-scm<8'")
+    tools = "'setuptools<70' wheel 'setuptools-scm<8'"
+    if spec.uploaded_prior_to:
+        # pip 26 has --uploaded-prior-to; from here on every pip call (the install command's too) uses it.
+        lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip>=26,<27'")
+        lines.append(f"ENV PIP_UPLOADED_PRIOR_TO={shlex.quote(spec.uploaded_prior_to)}")
+        lines.append(f"RUN {pip} -U {tools}")
+    else:
+        lines.append(f"RUN python3 -m venv {VENV} && {pip} -U 'pip<25' {tools}")
     if spec.pip_packages:
         lines.append(f"RUN {pip} {' '.join(shlex.quote(p) for p in spec.pip_packages)}")
     lines.append("COPY src /opt/gagar-src")
@@ -249,12 +284,81 @@ def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> s
     return "\n".join(lines) + "\n"
 
 
-def _context_digest(context: Path, base_id: str) -> str:
+def _context_digest(context: Path, base_id: str, requirements: str | None) -> str:
+    """The layer's cache key: the interpreter image, the Dockerfile, the CA bundle and the requirements file.
+
+    The staged tree is left out on purpose (see the module docstring): tasks of one environment version differ
+    in their base commits, and one layer serves them all, as SWE-bench's environment images do.
+    """
     digest = hashlib.sha256(base_id.encode())
-    for path in sorted(p for p in context.rglob("*") if p.is_file() or p.is_symlink()):
-        digest.update(str(path.relative_to(context)).encode() + b"\0")
-        digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+    keyed = ["Dockerfile", "host-ca.crt", *([f"src/{requirements}"] if requirements else [])]
+    for name in keyed:
+        digest.update(name.encode() + b"\0" + (context / name).read_bytes())
     return digest.hexdigest()[:16]
+
+
+class FailureMemory:
+    """Failed layer builds: one JSON file per final tag under `<cache>/failures/`, keyed by the digest.
+
+    A record only answers for the digest it was written for: a changed recipe is a new layer and builds.
+    """
+
+    def __init__(self, cache: Path) -> None:
+        self.root = cache / "failures"
+
+    def _path(self, tag: str) -> Path:
+        return self.root / f"{tag.replace('/', '_').replace(':', '_')}.json"
+
+    def recall(self, tag: str, digest: str) -> str | None:
+        """The remembered failure of `tag` at `digest`, as an error message, or None.
+
+        Args:
+            tag: the layer's final tag.
+            digest: the layer's current cache key.
+
+        Returns:
+            The message to raise, naming the earlier reason, when it failed and how to retry; else None.
+        """
+        try:
+            record = json.loads(self._path(tag).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if record.get("digest") != digest:
+            return None
+        return (
+            f"{record.get('reason', 'failed')} [remembered from the build at {record.get('at', '?')}; "
+            "retry with `gagar env build --retry` or build_environment(..., retry=True)]"
+        )
+
+    def remember(self, tag: str, digest: str, reason: str) -> None:
+        """Record that `tag` failed at `digest` with `reason` (written atomically; never raises).
+
+        Args:
+            tag: the layer's final tag.
+            digest: the layer's cache key.
+            reason: the build's error message.
+        """
+        record = {
+            "tag": tag,
+            "digest": digest,
+            "reason": reason,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            partial = self._path(tag).with_suffix(f".{secrets.token_hex(4)}.tmp")
+            partial.write_text(json.dumps(record), encoding="utf-8")
+            partial.replace(self._path(tag))
+        except OSError as exc:
+            log.warning("could not remember the failed build of %s: %s", tag, exc)
+
+    def forget(self, tag: str) -> None:
+        """Drop `tag`'s record (after a successful build).
+
+        Args:
+            tag: the layer's final tag.
+        """
+        self._path(tag).unlink(missing_ok=True)
 
 
 def _docker_build(
@@ -350,11 +454,14 @@ def _remove_tag(client: object, tag: str) -> None:
 
 __all__ = [
     "EnvironmentImage",
+    "FailureMemory",
     "EnvironmentSpec",
     "build_environment",
     "environment_for",
     "environment_tag",
     "environments_cache",
+    "not_built_note",
+    "open_task_sandbox",
     "spec_for_task",
     "tree_setup",
 ]
@@ -400,6 +507,7 @@ def spec_for_task(repository: str, python: str | None, recipe: dict[str, Any] | 
         build_commands=tuple(recipe.get("build_commands") or ()),
         install=recipe.get("install") or None,
         env=tuple(sorted((recipe.get("env") or {}).items())),
+        uploaded_prior_to=recipe.get("resolved_as_of") or None,
     )
 
 
@@ -452,11 +560,33 @@ def open_task_sandbox(view: Any, backend: str = "docker", limits: Any = None) ->
 
     task = view.task
     image, note = task.image, ""
-    if image is None and backend == "docker" and (task.python or task.environment):
-        layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
-        image, note = layer.tag, layer.note
+    if image is None and (task.python or task.environment):
+        if backend == "docker":
+            layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
+            image, note = layer.tag, layer.note
+        else:
+            # Only Docker builds layers: say so on every `run` rather than let a probe on the host's
+            # interpreter pass for one in the task's environment.
+            note = not_built_note(backend, task.python)
     sandbox = open_sandbox(
         view, backend=backend, image=image, setup=task.setup, test_command=task.test_command, limits=limits
     )
     sandbox.environment_note = note
     return sandbox
+
+
+def not_built_note(backend: str, python: str | None) -> str:
+    """The `run` note of a backend that does not build task environments (every backend but docker).
+
+    Args:
+        backend: the sandbox backend's name.
+        python: the task's interpreter, if it names one.
+
+    Returns:
+        One line naming what is not honoured and what runs instead.
+    """
+    wanted = f"Python {python} and its" if python else "its"
+    return (
+        f"the {backend} backend does not build task environments: {wanted} dependencies are not installed; "
+        "commands use the host's own interpreters (sandbox='docker' builds the environment)"
+    )

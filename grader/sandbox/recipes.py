@@ -62,6 +62,13 @@ CONDA_TO_DEBIAN: dict[str, str | None] = {
 }
 
 
+# PyPI as SWE-bench's environment images could have seen it: after the pins its tables add for the
+# repositories we met (tox==4.16.0 for sphinx, July 2024) and before today's drift, which breaks old trees
+# (docutils 0.22, July 2025, dropped the `docutils.utils.roman` that sphinx 3.5 imports). A later pin fails
+# with this date in its reason. pip's --uploaded-prior-to keeps every resolution at this date.
+SWEBENCH_RESOLVED_AS_OF = "2025-01-01T00:00:00Z"
+
+
 class RecipeError(ValueError):
     """No recipe for this repository and version, or the specification tables could not be read."""
 
@@ -96,6 +103,8 @@ class Recipe:
     """What the spec asks for that an offline build cannot do, one entry each, with the reason."""
     source: str = ""
     """Where the recipe was read: the pinned swebench version and the table entry."""
+    resolved_as_of: str = ""
+    """Resolve from PyPI as of this ISO 8601 time (pip's --uploaded-prior-to); "" resolves as of now."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +121,7 @@ class Recipe:
             "env": dict(self.env),
             "unhonoured": list(self.unhonoured),
             "source": self.source,
+            "resolved_as_of": self.resolved_as_of,
         }
 
     @classmethod
@@ -305,6 +315,7 @@ def recipe_from_spec(
         env=tuple(sorted(env.items())),
         unhonoured=tuple(unhonoured),
         source=source,
+        resolved_as_of=SWEBENCH_RESOLVED_AS_OF,
     )
 
 
@@ -357,7 +368,27 @@ def test_directives(test_patch: str, repo: str = "") -> list[str]:
     return paths
 
 
+def _without_created_files(test_patch: str) -> str:
+    """`test_patch` without the diffs of the files it creates (gagar never applies it: no tree has them)."""
+    blocks = re.split(r"(?m)^(?=diff --git )", test_patch)
+    kept = [b for b in blocks if not re.search(r"(?m)^(new file mode|--- /dev/null)", b.split("\n@@", 1)[0])]
+    return "".join(kept)
+
+
 def test_command_for(recipe: Recipe, test_patch: str) -> str:
-    """The recipe's test command with the instance's relevant test files, as SWE-bench runs them."""
-    files = test_directives(test_patch, recipe.repo)
+    """The recipe's test command with the instance's relevant test files, as SWE-bench runs them.
+
+    SWE-bench applies the `test_patch` before it runs them; gagar's targets never have it, so the files it
+    creates are left out (pytest would stop at a missing path with exit 4 on every target).
+
+    Args:
+        recipe: the instance's recipe.
+        test_patch: the instance's `test_patch`.
+
+    Returns:
+        The command; "" when every test file the patch touches is one it creates (nothing to run).
+    """
+    files = test_directives(_without_created_files(test_patch), recipe.repo)
+    if not files and test_directives(test_patch, recipe.repo):
+        return ""
     return " ".join([recipe.test_command, *(shlex.quote(f) for f in files)]).strip()
