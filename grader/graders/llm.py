@@ -51,6 +51,7 @@ RETRYABLE = (openai.RateLimitError, openai.APIConnectionError, openai.InternalSe
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
 FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
 SILENT_TURNS_BEFORE_FORCING = 2
+CUT = "Your reply was cut at the limit of {limit} tokens a turn: keep replies and arguments shorter. "
 
 
 @dataclass
@@ -96,6 +97,47 @@ def _names_tool_choice(exc: Exception) -> bool:
     """An HTTP error blaming the tool_choice (llama-cpp-python answers `required` with a 500)."""
     status = getattr(exc, "status_code", None)
     return status is not None and (400 <= status < 500 or status == 500) and "tool_choice" in str(exc)
+
+
+_OVERFLOW = re.compile(
+    r"exceed_context_size|exceeds the available context|maximum context length|context_length_exceeded"
+    r"|context (length|window|size) (is )?exceeded|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
+
+
+def _context_overflow(exc: Exception) -> str | None:
+    """The reason to fail with when a server refused a request for not fitting the model's context, else None.
+
+    llama.cpp answers 400 `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`; vLLM 400 "This
+    model's maximum context length is N tokens..."; OpenAI `context_length_exceeded`. The reason names the
+    limit where the server gives it."""
+    status = getattr(exc, "status_code", None)
+    if status is None or not 400 <= status < 500 and status != 500:
+        return None
+    text = str(exc)
+    if not _OVERFLOW.search(text):
+        return None
+    body = getattr(exc, "body", None)
+    details = body if isinstance(body, dict) else {}
+    if isinstance(details.get("error"), dict):
+        details = details["error"]
+    prompt, limit = details.get("n_prompt_tokens"), details.get("n_ctx")
+    if limit is None:
+        match = re.search(r"(?:maximum context length is|context size \(|context window of)\s*(\d+)", text)
+        limit = int(match.group(1)) if match else None
+    size = f" ({prompt:,} prompt tokens)" if isinstance(prompt, int) else ""
+    bound = f"the model's context of {limit:,} tokens" if isinstance(limit, int) else "the model's context"
+    return (
+        f"context overflow: the conversation{size} no longer fits {bound}; give the server a larger context "
+        f"or lower the tool output budget ({type(exc).__name__}: {text[:200]})"
+    )
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as the JSON string the chat format expects in the history (some servers send
+    an object)."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def _cached_tokens(response: Any) -> int:
@@ -223,7 +265,10 @@ class LLMGrader:
                     {
                         "id": c.id,
                         "type": "function",
-                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                        "function": {
+                            "name": c.function.name,
+                            "arguments": _arguments_text(c.function.arguments),
+                        },
                     }
                     for c in message.tool_calls
                 ]
@@ -236,8 +281,14 @@ class LLMGrader:
                 tool_calls=[{"id": cid, "name": n, "arguments": a} for cid, n, a in calls],
             )
             silent = 0 if calls else silent + 1
+            # Cut at the per-turn limit: say so, so the model answers shorter rather than repeating itself.
+            cut = (
+                CUT.format(limit=self._max_tokens(usage))
+                if response.choices[0].finish_reason == "length"
+                else ""
+            )
             if not calls:
-                reminder = FORCE if forcing else NUDGE  # a user turn either way: templates alternate roles
+                reminder = cut + (FORCE if forcing else NUDGE)  # a user turn either way: templates alternate
                 messages.append({"role": "user", "content": reminder})
                 transcript.event("message", role="user", content=reminder)
                 continue
@@ -255,7 +306,14 @@ class LLMGrader:
                                 f"no valid ranking after {budgets.repairs} repairs: {exc}"
                             ) from None
                         self._reply(
-                            messages, transcript, call_id, name, f"error: {exc}", native, started, True
+                            messages,
+                            transcript,
+                            call_id,
+                            name,
+                            f"error: {exc}" + (f" ({cut.strip()})" if cut else ""),
+                            native,
+                            started,
+                            True,
                         )
                         continue
                     transcript.event(
@@ -269,7 +327,7 @@ class LLMGrader:
                 try:
                     output, is_error = toolbox.call(name, arguments), False
                 except ToolError as exc:
-                    output, is_error = f"error: {exc}", True
+                    output, is_error = f"error: {exc}" + (f" ({cut.strip()})" if cut else ""), True
                 usage.tool_output_chars += len(output)
                 self._reply(messages, transcript, call_id, name, output, native, started, is_error)
             if time.monotonic() > deadline():
@@ -360,7 +418,7 @@ class LLMGrader:
             "model": self.config.model,
             "messages": messages,
             "temperature": self.config.temperature,
-            "max_tokens": budgets.max_output_tokens,
+            "max_tokens": self._max_tokens(usage),
         }
         if native:
             kwargs["tools"] = toolbox.schemas()
@@ -368,7 +426,9 @@ class LLMGrader:
             if tool_choice not in self._refused_tool_choices:
                 kwargs["tool_choice"] = tool_choice
         retrying = Retrying(
-            retry=retry_if_exception(lambda e: isinstance(e, RETRYABLE) and not _names_tool_choice(e)),
+            retry=retry_if_exception(
+                lambda e: isinstance(e, RETRYABLE) and not _names_tool_choice(e) and not _context_overflow(e)
+            ),
             stop=stop_after_attempt(budgets.retries + 1) | stop_after_delay(remaining),
             wait=wait_exponential_jitter(multiplier=budgets.retry_wait_initial, max=budgets.retry_wait_max),
             before_sleep=note_retry,
@@ -394,6 +454,9 @@ class LLMGrader:
                             options={"timeout": timeout},
                         )
         except RETRYABLE as exc:
+            overflow = _context_overflow(exc)
+            if overflow:
+                raise GradingFailed(overflow) from None
             if _names_tool_choice(exc) and "tool_choice" in kwargs:
                 self._refused_tool_choices.add(kwargs["tool_choice"])
                 transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
@@ -404,6 +467,9 @@ class LLMGrader:
                 f"endpoint failed after {usage.retries + 1} attempt(s): {type(exc).__name__}: {exc}"
             ) from None
         except openai.APIError as exc:  # 400, 401, 404...: retrying will not help
+            overflow = _context_overflow(exc)
+            if overflow:
+                raise GradingFailed(overflow) from None
             if _names_tool_choice(exc) and "tool_choice" in kwargs:
                 # A form this server refuses (a 4xx or a 500 naming the field): remembered, never resent,
                 # and not counted as an outage.
@@ -420,7 +486,11 @@ class LLMGrader:
             usage.cached_prompt_tokens += _cached_tokens(response)
         else:  # some servers omit usage: estimate, so the token budget still binds
             usage.prompt_tokens += len(json.dumps(messages)) // 4
-            usage.completion_tokens += len(response.choices[0].message.content or "") // 4
+            answer = response.choices[0].message
+            written = (answer.content or "") + "".join(
+                c.function.name + _arguments_text(c.function.arguments) for c in answer.tool_calls or []
+            )
+            usage.completion_tokens += len(written) // 4
         transcript.event(
             "response",
             seconds=round(time.monotonic() - started, 4),
@@ -430,6 +500,12 @@ class LLMGrader:
         return response
 
     # -- helpers -----------------------------------------------------------------------------------------
+
+    def _max_tokens(self, usage: _Usage) -> int:
+        """Tokens one turn may generate: the per-turn cap, and never past what the token budget has left, so
+        a request the loop abandons cannot keep a server generating for long."""
+        left = self.config.budgets.tokens - usage.total_tokens
+        return max(1, min(self.config.budgets.max_output_tokens, left))
 
     def fingerprint(self) -> str:
         """What changes this grader's grades: model, prompts, tools mode, sampling, budgets, sandbox."""
