@@ -431,7 +431,9 @@ def test_a_reply_cut_at_the_turn_limit_is_named_to_the_model() -> None:
     assert result.status == "graded", result.reason
     assert requests[1]["messages"][-1]["content"].startswith("Your reply was cut at the limit of 300 tokens")
     error = requests[2]["messages"][-1]
-    assert error["role"] == "tool" and "not valid JSON" in error["content"] and "300 tokens" in error["content"]
+    assert (
+        error["role"] == "tool" and "not valid JSON" in error["content"] and "300 tokens" in error["content"]
+    )
     assert all(r["max_tokens"] <= 300 for r in requests)
 
 
@@ -471,3 +473,40 @@ def test_a_context_overflow_fails_at_once_naming_the_limit(body: dict[str, Any])
     assert_unchanged(result)
     assert result.reason.startswith("llm: context overflow") or "context overflow" in result.reason
     assert "8,192 tokens" in result.reason and len(requests) == 2  # not retried
+
+
+def test_structured_text_mode_constrains_each_reply_to_one_tool_call() -> None:
+    """For models that call no tool on their own: a response_format of one JSON tool call per reply (each
+    tool's arguments under its schema, labels an enum); the forced turn admits submit_ranking alone."""
+
+    def policy(request, n):
+        if request.get("messages")[-1]["content"].startswith("Call submit_ranking now"):
+            ranking = {"ranking": [labels_in(request)], "reasons": {}, "confidence": 0.5}
+            return text(json.dumps({"tool": "submit_ranking", "arguments": ranking}))
+        return text('{"tool": "list_candidates", "arguments": {}}')
+
+    result, requests = grade_with(
+        policy, tool_mode="text", structured=True, budgets=Budgets(turns=3, retries=0)
+    )
+    assert result.status == "graded", result.reason
+    assert "tools" not in requests[0] and "tool_choice" not in requests[0]
+    schemas = [r["response_format"]["json_schema"]["schema"] for r in requests]
+    assert [c["properties"]["tool"]["const"] for c in schemas[0]["anyOf"]] == [
+        "list_candidates",
+        "diff",
+        "read_file",
+        "search",
+        "submit_ranking",
+    ]
+    labels = labels_in(requests[0])
+    diff = schemas[0]["anyOf"][1]["properties"]["arguments"]["properties"]
+    assert diff["candidate"]["enum"] == labels and diff["against"]["enum"] == ["base", *labels]
+    assert schemas[-1]["properties"]["tool"]["const"] == "submit_ranking"  # the forced (last) turn
+    assert schemas[-1]["properties"]["arguments"]["properties"]["ranking"]["items"]["items"]["enum"] == labels
+
+
+def test_diffs_are_shown_without_header_noise() -> None:
+    result, requests = grade_with(inspector)
+    diffs = [m["content"] for m in requests[-1]["messages"] if m["role"] == "tool"][1:5]
+    assert len(diffs) == 4 and all("diff --git a/" in d and "@@ " in d for d in diffs)
+    assert not any(line.startswith(("index ", "--- a/", "+++ b/")) for d in diffs for line in d.splitlines())

@@ -134,6 +134,23 @@ def _context_overflow(exc: Exception) -> str | None:
     )
 
 
+def _reply_format(toolbox: Toolbox, only_submit: bool) -> dict[str, Any]:
+    """A `response_format` that admits exactly one text-mode tool call, {"tool": name, "arguments": {...}},
+    each tool's arguments under its own schema; only submit_ranking when the submission is forced."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {"tool": {"const": spec["name"]}, "arguments": spec["parameters"]},
+            "required": ["tool", "arguments"],
+            "additionalProperties": False,
+        }
+        for spec in (s["function"] for s in toolbox.schemas())
+        if not only_submit or spec["name"] == SUBMIT
+    ]
+    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
+
+
 def _arguments_text(arguments: Any) -> str:
     """A tool call's arguments as the JSON string the chat format expects in the history (some servers send
     an object)."""
@@ -245,9 +262,10 @@ class LLMGrader:
         silent = 0  # consecutive answers without a tool call
         forcing = False
         for turn in range(1, budgets.turns + 1):
-            if native and not forcing and (silent >= SILENT_TURNS_BEFORE_FORCING or turn == budgets.turns):
-                # Force the submission: `required` (what llama.cpp, vLLM and OpenAI all take) plus an
-                # appended instruction; the tool list stays as it was, so the history stays append-only.
+            if not forcing and (silent >= SILENT_TURNS_BEFORE_FORCING or turn == budgets.turns):
+                # Force the submission: `required` (what llama.cpp, vLLM and OpenAI all take; in structured
+                # text mode, a schema of submit_ranking alone) plus an appended instruction; the tool list
+                # stays as it was, so the history stays append-only.
                 forcing = True
                 messages.append({"role": "user", "content": FORCE})
                 transcript.event("message", role="user", content=FORCE, forced=True)
@@ -420,6 +438,8 @@ class LLMGrader:
             "temperature": self.config.temperature,
             "max_tokens": self._max_tokens(usage),
         }
+        if not native and self.config.structured:
+            kwargs["response_format"] = _reply_format(toolbox, only_submit=tool_choice == "required")
         if native:
             kwargs["tools"] = toolbox.schemas()
             # Explicit: OpenAI reads a missing tool_choice as "auto", llama.cpp's Python server as "none".
