@@ -166,7 +166,7 @@ def test_a_server_restarting_mid_grading_is_retried(llama_server: LlamaServer, t
 
     def run() -> None:
         outcome["result"], outcome["events"] = grade(
-            llama_server, tmp_path, turns=3, max_output_tokens=48, retries=8, retry_wait_max=4
+            llama_server, tmp_path, turns=2, max_output_tokens=32, retries=8, retry_wait_max=4
         )
 
     worker = threading.Thread(target=run)
