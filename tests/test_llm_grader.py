@@ -6,6 +6,7 @@ import json
 import os
 import re
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -510,3 +511,25 @@ def test_diffs_are_shown_without_header_noise() -> None:
     diffs = [m["content"] for m in requests[-1]["messages"] if m["role"] == "tool"][1:5]
     assert len(diffs) == 4 and all("diff --git a/" in d and "@@ " in d for d in diffs)
     assert not any(line.startswith(("index ", "--- a/", "+++ b/")) for d in diffs for line in d.splitlines())
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_replies_streamed_or_whole_come_to_the_same_grading(stream: bool) -> None:
+    """Streamed (the default: an abandoned request then stops the server's generation) or whole, the loop
+    sees the same calls, arguments split across chunks joined, and the same usage."""
+    result, requests = grade_with(inspector, stream=stream)
+    assert result.status == "graded", result.reason
+    assert all(bool(r.get("stream")) is stream for r in requests)
+    if stream:
+        assert requests[0]["stream_options"] == {"include_usage": True}
+    assert result.usage["prompt_tokens"] == 400 and result.usage["completion_tokens"] == 80
+    assert result.usage["tool_calls"] == 1 + 4 + 2 + 1
+
+
+def test_a_stream_past_the_wall_budget_is_closed() -> None:
+    def policy(request, n):
+        return Reply(tool_calls(("list_candidates", {})).body, delay=1.5)
+
+    started = time.monotonic()
+    result, _ = grade_with(policy, budgets=Budgets(wall_seconds=1.0, retries=0, request_timeout=30))
+    assert "wall-time budget exhausted" in result.reason and time.monotonic() - started < 5

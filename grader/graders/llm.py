@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
+from openai import Stream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -149,6 +150,60 @@ def _reply_format(toolbox: Toolbox, only_submit: bool) -> dict[str, Any]:
     ]
     schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
     return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
+
+
+def _assemble(chunks: Stream[ChatCompletionChunk], deadline: float, wall_seconds: float) -> ChatCompletion:
+    """The completion a stream of chunks adds up to: content, tool calls by index (arguments concatenated;
+    an object given whole is kept), finish reason, usage and llama.cpp's timings.
+
+    Raises:
+        GradingFailed: the deadline passed before the last chunk (the caller closes the stream).
+    """
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    head: dict[str, Any] = {}
+    finish, usage, seen_choice = None, None, False
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise GradingFailed(f"wall-time budget exhausted ({wall_seconds:g}s)")
+        head = head or {"id": chunk.id, "created": chunk.created, "model": chunk.model}
+        extra = chunk.model_extra or {}
+        if extra.get("timings"):
+            head["timings"] = extra["timings"]
+        if chunk.usage is not None:
+            usage = chunk.usage.model_dump()
+        for choice in chunk.choices[:1]:
+            seen_choice = True
+            finish = choice.finish_reason or finish
+            delta = choice.delta
+            if delta.content:
+                content.append(delta.content)
+            for piece in delta.tool_calls or []:
+                call = calls.setdefault(piece.index, {"id": None, "name": "", "arguments": ""})
+                call["id"] = piece.id or call["id"]
+                if piece.function is not None:
+                    call["name"] = call["name"] or piece.function.name or ""
+                    arguments = piece.function.arguments
+                    if isinstance(arguments, str):
+                        call["arguments"] += arguments
+                    elif arguments is not None:
+                        call["arguments"] = json.dumps(arguments)
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call["id"] or f"call-{secrets.token_hex(4)}",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call["arguments"]},
+            }
+            for _, call in sorted(calls.items())
+        ]
+    choices = [{"index": 0, "message": message, "finish_reason": finish or "stop"}] if seen_choice else []
+    return ChatCompletion.construct(
+        **{"object": "chat.completion", "id": "", "created": 0, "model": "", **head},
+        choices=choices,
+        usage=usage,
+    )
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -467,12 +522,15 @@ class LLMGrader:
                         timeout = max(0.1, min(budgets.request_timeout, deadline - time.monotonic()))
                         # The raw POST: `chat.completions.create` re-validates every message of the growing
                         # conversation against the SDK's TypedDicts on each turn, the loop's largest CPU cost.
-                        response = self.client.post(
-                            "/chat/completions",
-                            body=kwargs,
-                            cast_to=ChatCompletion,
-                            options={"timeout": timeout},
-                        )
+                        if self.config.stream:
+                            response = self._streamed(kwargs, timeout, deadline)
+                        else:
+                            response = self.client.post(
+                                "/chat/completions",
+                                body=kwargs,
+                                cast_to=ChatCompletion,
+                                options={"timeout": timeout},
+                            )
         except RETRYABLE as exc:
             overflow = _context_overflow(exc)
             if overflow:
@@ -518,6 +576,27 @@ class LLMGrader:
             usage=reported.model_dump() if reported is not None else None,
         )
         return response
+
+    def _streamed(self, kwargs: dict[str, Any], timeout: float, deadline: float) -> ChatCompletion:
+        """One completion, streamed and assembled. Past the deadline the stream is closed, so the server
+        sees the connection go and stops generating (llama.cpp keeps generating a non-streamed request whose
+        client left, to its max_tokens); the grading then fails on its wall-time budget.
+
+        Raises:
+            GradingFailed: the wall-time budget ran out mid-reply.
+            openai.APIError: as a non-streamed request would (status, connection, timeout between chunks).
+        """
+        body = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
+        stream = self.client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletion,
+            options={"timeout": timeout},
+            stream=True,
+            stream_cls=Stream[ChatCompletionChunk],
+        )
+        with stream:
+            return _assemble(stream, deadline, self.config.budgets.wall_seconds)
 
     # -- helpers -----------------------------------------------------------------------------------------
 
