@@ -147,6 +147,17 @@ class LlamaServer:
         return f"{self.root}/v1"
 
     def start(self, timeout: float = 60.0) -> LlamaServer:
+        """Start the server (again, on the same port, after `stop`) and wait until /health says ok.
+
+        Args:
+            timeout: seconds to wait for health.
+
+        Returns:
+            self.
+
+        Raises:
+            BuildUnavailable: the process exited, or was not healthy in time (then it is stopped).
+        """
         log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
         cmd = [
             str(self.binary),
@@ -183,6 +194,18 @@ class LlamaServer:
         raise BuildUnavailable(f"llama-server not healthy after {timeout:g}s")
 
     def post(self, path: str, body: dict) -> dict:
+        """POST JSON to an endpoint of the server (e.g. /apply-template, /tokenize, /v1/chat/completions).
+
+        Args:
+            path: the endpoint, from the root.
+            body: the JSON body.
+
+        Returns:
+            The decoded JSON reply.
+
+        Raises:
+            urllib.error.HTTPError: the server answered with an error status.
+        """
         request = urllib.request.Request(
             self.root + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
@@ -190,7 +213,7 @@ class LlamaServer:
             return json.loads(r.read())
 
     def get(self, path: str) -> Any:
-        """GET a JSON endpoint of the server (e.g. /slots)."""
+        """GET a JSON endpoint of the server (e.g. /slots); urllib.error.HTTPError on an error status."""
         with urllib.request.urlopen(self.root + path, timeout=30) as r:
             return json.loads(r.read())
 

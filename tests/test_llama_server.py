@@ -101,17 +101,18 @@ def test_grading_the_bundled_example_parses_tool_calls_and_ends_within_budget(
     llama_server: LlamaServer, tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    result, events = grade(llama_server, tmp_path, turns=3, max_output_tokens=128)
+    result, events = grade(llama_server, tmp_path, turns=3, max_output_tokens=256)
     elapsed = time.monotonic() - started
     assert elapsed < 600 + 10
     calls = parsed_calls(events)
     assert calls, "the model made no tool call gagar could parse"
     tools = {"list_candidates", "diff", "read_file", "search", "submit_ranking"}
     assert all(c["name"] in tools for c in calls)
-    assert calls[-1]["name"] == "submit_ranking"  # the last turn was forced to submit
     # A 270M base model: a validated ranking or a clear failure, with the group passed through unchanged.
     if result.status != "graded":
         assert result.status == "failed" and ("ranking" in result.reason or "budget" in result.reason)
+        forced = [e for e in events if e["type"] == "message" and e.get("forced")]
+        assert forced, "the last turn was not forced to submit"
         assert result.advantages_after == result.advantages_before
     # Every turn after the first re-sends the conversation: llama.cpp serves it from its prefix cache.
     assert 0 < result.usage["cached_prompt_tokens"] < result.usage["prompt_tokens"]

@@ -503,7 +503,9 @@ def test_structured_text_mode_constrains_each_reply_to_one_tool_call() -> None:
     diff = schemas[0]["anyOf"][1]["properties"]["arguments"]["properties"]
     assert diff["candidate"]["enum"] == labels and diff["against"]["enum"] == ["base", *labels]
     assert schemas[-1]["properties"]["tool"]["const"] == "submit_ranking"  # the forced (last) turn
-    assert schemas[-1]["properties"]["arguments"]["properties"]["ranking"]["items"]["items"]["enum"] == labels
+    ranking = schemas[-1]["properties"]["arguments"]["properties"]["ranking"]
+    assert ranking["items"]["items"]["enum"] == labels
+    assert ranking["maxItems"] == ranking["items"]["maxItems"] == len(labels)  # bounded output
 
 
 def test_diffs_are_shown_without_header_noise() -> None:

@@ -213,7 +213,7 @@ class Toolbox:
         every request of it sends the same tools."""
         ranked = list(self.candidates.order)
         shown = ranked + list(self.candidates.contrast)
-        labels = {
+        labels: dict[str, list[str]] = {
             "candidate": shown,
             "against": [BASE, *shown],
             "target": [BASE, *shown],
@@ -228,6 +228,7 @@ class Toolbox:
                 if allowed is None:
                     continue
                 while schema.get("type") == "array":  # the label inside (ranking: a list of lists of labels)
+                    schema["maxItems"] = len(allowed)  # bounds what a constrained decoder can emit
                     schema = schema["items"]
                 if schema.get("type") == "string":
                     schema["enum"] = allowed
