@@ -43,7 +43,9 @@ def one_tool_round(label: str, output: str) -> list[dict[str, Any]]:
     ]
 
 
-def grade(server: LlamaServer, tmp_path: Path, **budget: Any) -> tuple[GroupResult, list[dict[str, Any]]]:
+def grade(
+    server: LlamaServer, tmp_path: Path, structured: bool = True, **budget: Any
+) -> tuple[GroupResult, list[dict[str, Any]]]:
     """Grade the bundled example with the model in structured text mode (a base model calls no tool on its
     own; constrained to one JSON tool call a turn, it does); returns the result and its transcript."""
     (group,) = load_group_file(EXAMPLE_GROUP)
@@ -56,7 +58,7 @@ def grade(server: LlamaServer, tmp_path: Path, **budget: Any) -> tuple[GroupResu
         budgets=budgets,
         transcript_dir=tmp_path,
         tool_mode="text",
-        structured=True,
+        structured=structured,
     )
     result = grade_group_sync(group, grader)
     return result, read_transcript(result.transcript)
@@ -141,7 +143,9 @@ def test_an_abandoned_request_stops_the_generation(llama_server: LlamaServer, tm
     to max_tokens: measured here, over 9 minutes and 1,400 tokens before the server was stopped.)"""
     log = Path(llama_server.log_path or "")
     cancels = log.read_text(errors="replace").count("cancel task")
-    result, _ = grade(llama_server, tmp_path, turns=2, max_output_tokens=4000, wall_seconds=8)
+    # Unconstrained, the base model writes on to max_tokens (a JSON call would end by itself).
+    budget = {"turns": 2, "max_output_tokens": 4000, "wall_seconds": 8}
+    result, _ = grade(llama_server, tmp_path, structured=False, **budget)
     cut = time.monotonic()
     assert "wall-time budget exhausted" in result.reason
     while llama_server.busy() and time.monotonic() < cut + 5:
