@@ -535,3 +535,16 @@ def test_a_stream_past_the_wall_budget_is_closed() -> None:
     started = time.monotonic()
     result, _ = grade_with(policy, budgets=Budgets(wall_seconds=1.0, retries=0, request_timeout=30))
     assert "wall-time budget exhausted" in result.reason and time.monotonic() - started < 5
+
+
+def test_structured_mode_is_part_of_the_fingerprint_and_streaming_is_not() -> None:
+    """A cache must not serve a grading made under other decoding constraints; streaming changes no grade."""
+    prints = {
+        (structured, stream): LLMGrader(
+            "m", base_url="http://127.0.0.1:9/v1", tool_mode="text", structured=structured, stream=stream
+        ).fingerprint()
+        for structured in (False, True)
+        for stream in (False, True)
+    }
+    assert prints[(False, True)] != prints[(True, True)]
+    assert prints[(True, False)] == prints[(True, True)]

@@ -619,7 +619,7 @@ class LLMGrader:
             self.name,
             c.model,
             c.base_url or "",
-            c.tool_mode,
+            c.tool_mode + ("+structured" if c.structured else ""),
             f"{c.temperature:g}",
             prompts,
             str(c.seed),
