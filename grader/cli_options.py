@@ -114,8 +114,9 @@ def add_config_arguments(
         help_text = option.doc
         if default not in (None, False, ""):
             help_text += f" (default: {default})"
-        if kind is bool:
-            group.add_argument(option.flag, dest=dest, action="store_true", help=help_text)
+        if kind is bool:  # a default of True can be turned off: --stream / --no-stream
+            action = argparse.BooleanOptionalAction if default is True else "store_true"
+            group.add_argument(option.flag, dest=dest, action=action, default=bool(default), help=help_text)
             continue
         choices: list[str] | None = None
         if "choices" in f.metadata:

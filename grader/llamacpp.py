@@ -25,6 +25,9 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from grader.prompts import chat_template_path
 
 LLAMA_CPP_PYTHON = "0.3.36"
 CMAKE_FLAGS = (
@@ -128,6 +131,9 @@ class LlamaServer:
     context: int = 8192
     threads: int = 2
     log_path: Path | None = None
+    chat_template: Path | None = field(default_factory=chat_template_path)
+    """Jinja chat template (`--jinja --chat-template-file`); the default carries tool calls and results,
+    which the model's own template cannot (prompts/gemma3_tools.jinja says why). None: the GGUF's own."""
     port: int = field(default_factory=_free_port)
     process: subprocess.Popen | None = None
 
@@ -141,6 +147,17 @@ class LlamaServer:
         return f"{self.root}/v1"
 
     def start(self, timeout: float = 60.0) -> LlamaServer:
+        """Start the server (again, on the same port, after `stop`) and wait until /health says ok.
+
+        Args:
+            timeout: seconds to wait for health.
+
+        Returns:
+            self.
+
+        Raises:
+            BuildUnavailable: the process exited, or was not healthy in time (then it is stopped).
+        """
         log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
         cmd = [
             str(self.binary),
@@ -158,6 +175,8 @@ class LlamaServer:
             str(self.threads),
             "--no-webui",
         ]
+        if self.chat_template is not None:
+            cmd += ["--jinja", "--chat-template-file", str(self.chat_template)]
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -175,11 +194,32 @@ class LlamaServer:
         raise BuildUnavailable(f"llama-server not healthy after {timeout:g}s")
 
     def post(self, path: str, body: dict) -> dict:
+        """POST JSON to an endpoint of the server (e.g. /apply-template, /tokenize, /v1/chat/completions).
+
+        Args:
+            path: the endpoint, from the root.
+            body: the JSON body.
+
+        Returns:
+            The decoded JSON reply.
+
+        Raises:
+            urllib.error.HTTPError: the server answered with an error status.
+        """
         request = urllib.request.Request(
             self.root + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
         with urllib.request.urlopen(request, timeout=120) as r:
             return json.loads(r.read())
+
+    def get(self, path: str) -> Any:
+        """GET a JSON endpoint of the server (e.g. /slots); urllib.error.HTTPError on an error status."""
+        with urllib.request.urlopen(self.root + path, timeout=30) as r:
+            return json.loads(r.read())
+
+    def busy(self) -> bool:
+        """Whether any slot is processing a request (prompt or generation), per /slots."""
+        return any(slot.get("is_processing") for slot in self.get("/slots"))
 
     def stop(self) -> None:
         """End the server by its PID and process group (SIGTERM, then SIGKILL after 10 s)."""

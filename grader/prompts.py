@@ -29,6 +29,27 @@ def _default_dir() -> Path:
     return Path(str(resources.files("grader._prompts")))
 
 
+GEMMA3_TOOLS_TEMPLATE = "gemma3_tools.jinja"
+
+
+def chat_template_path(name: str = GEMMA3_TOOLS_TEMPLATE) -> Path:
+    """A chat template shipped with the prompts, for a server to render tool calls and results with.
+
+    Args:
+        name: the template's file name in prompts/.
+
+    Returns:
+        Its path (in the source tree or the installed package).
+
+    Raises:
+        FileNotFoundError: no such template is shipped.
+    """
+    path = _default_dir() / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no chat template {name!r} in {path.parent}")
+    return path
+
+
 def load_prompts(directory: Path | str | None = None) -> Prompts:
     """Load prompts, files in `directory` taking precedence over the defaults.
 

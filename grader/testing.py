@@ -134,8 +134,48 @@ def read_every_diff_then_rank(
     return tool_calls(("submit_ranking", {"ranking": ranking, "reasons": reasons, "confidence": confidence}))
 
 
+def as_stream(body: dict[str, Any], include_usage: bool) -> bytes:
+    """A completion as the server-sent events of a streamed reply: the role and content, each tool call
+    (string arguments in two pieces, as servers split them), the finish reason, the usage if asked, [DONE].
+
+    Args:
+        body: a chat.completion body.
+        include_usage: send the usage chunk (`stream_options.include_usage`).
+
+    Returns:
+        The event stream's bytes.
+    """
+    head = {k: body[k] for k in ("id", "created", "model")}
+    choice = body["choices"][0]
+    message = choice["message"]
+
+    def event(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
+        choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+        chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    events = [event({"role": "assistant", "content": message.get("content")})]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        arguments = call["function"]["arguments"]
+        pieces = [arguments]
+        if isinstance(arguments, str):
+            pieces = [arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]]
+        for n, piece in enumerate(pieces):
+            delta: dict[str, Any] = {"index": i, "function": {"arguments": piece}}
+            if n == 0:
+                delta |= {"id": call["id"], "type": "function"}
+                delta["function"]["name"] = call["function"]["name"]
+            events.append(event({"tool_calls": [delta]}))
+    events.append(event({}, choice["finish_reason"]))
+    if include_usage and body.get("usage"):
+        events.append(event(None, usage=body["usage"]))
+    events.append("data: [DONE]\n\n")
+    return "".join(events).encode()
+
+
 class ScriptedServer:
-    """Serves POST /v1/chat/completions from a policy. Records every request body in `requests`."""
+    """Serves POST /v1/chat/completions from a policy: one JSON body, or server-sent events when the request
+    asks to stream. Records every request body in `requests`."""
 
     def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 0) -> None:
         self.policy = policy
@@ -167,10 +207,15 @@ class ScriptedServer:
                         reply = error(500, f"policy raised {type(exc).__name__}: {exc}")
                 if reply.delay:
                     time.sleep(reply.delay)
-                payload = json.dumps(reply.body).encode()
+                streamed = body.get("stream") and reply.status == 200 and "choices" in reply.body
+                if streamed:
+                    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                    payload = as_stream(reply.body, include_usage)
+                else:
+                    payload = json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     for key, value in reply.headers.items():
                         self.send_header(key, value)

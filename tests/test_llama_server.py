@@ -1,13 +1,18 @@
-"""A real llama.cpp server (built or reused by grader.llamacpp; else skipped, with why)."""
+"""A real llama.cpp server (built or reused by grader.llamacpp; else skipped, with why), serving Gemma 3 270M
+with the chat template gagar ships for tool calls (prompts/gemma3_tools.jinja)."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from grader.formats import load_group_file
 from grader.graders.llm import Budgets, LLMGrader
 from grader.llamacpp import LlamaServer
+from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
 from grader.transcript import read_transcript
 from tests.conftest import EXAMPLE_GROUP
@@ -18,78 +23,159 @@ DIFF_TOOL = {
     "function": {
         "name": "diff",
         "description": "Show a diff.",
-        "parameters": {"type": "object", "properties": {"candidate": {"type": "string"}}},
+        "parameters": {
+            "type": "object",
+            "properties": {"candidate": {"type": "string", "enum": ["C-ab12", "C-cd34"]}},
+            "required": ["candidate"],
+        },
     },
 }
 
 
-def test_tool_results_reach_the_prompt_intact_and_unescaped(llama_server: LlamaServer) -> None:
-    conversation = [
-        {"role": "system", "content": "Grade."},
-        {"role": "user", "content": "Look at C-ab12."},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": "c1",
-                    "type": "function",
-                    "function": {"name": "diff", "arguments": '{"candidate":"C-ab12"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": TOOL_OUTPUT},
+def one_tool_round(label: str, output: str) -> list[dict[str, Any]]:
+    """A user's request, the model's native `diff` call and its result: one round of a tool loop."""
+    function = {"name": "diff", "arguments": json.dumps({"candidate": label})}
+    call = {"id": f"call-{label}", "type": "function", "function": function}
+    return [
+        {"role": "user", "content": f"Look at {label}."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": output},
     ]
-    prompt = llama_server.post("/apply-template", {"messages": conversation, "tools": [DIFF_TOOL]})["prompt"]
-    assert TOOL_OUTPUT in prompt  # byte for byte: not dropped, not HTML-escaped
-    assert "&lt;" not in prompt and "&amp;" not in prompt
 
 
-def test_the_tool_choice_forms_it_accepts(llama_server: LlamaServer) -> None:
-    for choice in ("auto", "none", "required"):
-        reply = llama_server.post(
-            "/v1/chat/completions",
-            {
-                "messages": [{"role": "user", "content": "Call diff."}],
-                "tools": [DIFF_TOOL],
-                "tool_choice": choice,
-                "max_tokens": 8,
-            },
-        )
-        assert reply["choices"][0]["finish_reason"] in ("length", "stop", "tool_calls"), choice
-        # llama.cpp reports its prefix-cache hits where the loop can record them.
-        assert "cached_tokens" in reply["usage"]["prompt_tokens_details"]
-
-
-def test_grading_the_bundled_example_ends_within_its_budget(
-    llama_server: LlamaServer, tmp_path: Path
-) -> None:
+def grade(
+    server: LlamaServer, tmp_path: Path, structured: bool = True, **budget: Any
+) -> tuple[GroupResult, list[dict[str, Any]]]:
+    """Grade the bundled example with the model in structured text mode (a base model calls no tool on its
+    own; constrained to one JSON tool call a turn, it does); returns the result and its transcript."""
     (group,) = load_group_file(EXAMPLE_GROUP)
-    budgets = Budgets(turns=3, max_output_tokens=96, wall_seconds=45, request_timeout=30, retries=0)
+    budgets = Budgets(**{"request_timeout": 240, "retries": 0, "wall_seconds": 600, **budget})
     grader = LLMGrader(
         "gemma-3-270m",
-        base_url=llama_server.url,
+        base_url=server.url,
         sandbox=None,
         seed=1,
         budgets=budgets,
         transcript_dir=tmp_path,
+        tool_mode="text",
+        structured=structured,
     )
-    started = time.monotonic()
     result = grade_group_sync(group, grader)
+    return result, read_transcript(result.transcript)
+
+
+def parsed_calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [call for e in events if e["type"] == "message" for call in e.get("tool_calls") or []]
+
+
+def test_tool_calls_and_results_reach_the_prompt_intact_and_unescaped(llama_server: LlamaServer) -> None:
+    conversation = [{"role": "system", "content": "Grade."}, *one_tool_round("C-ab12", TOOL_OUTPUT)]
+    prompt = llama_server.post("/apply-template", {"messages": conversation, "tools": [DIFF_TOOL]})["prompt"]
+    # The result byte for byte (not dropped, not HTML-escaped), in a user turn after the model's call: the
+    # alternation Gemma's own template insists on, which a tool role would break.
+    assert f"<start_of_turn>user\n<tool_response>\n{TOOL_OUTPUT}\n</tool_response><end_of_turn>" in prompt
+    call = '<start_of_turn>model\n<tool_call>\n{"name": "diff", "arguments": {"candidate": "C-ab12"}}'
+    assert call in prompt
+    assert '"name": "diff"' in prompt.split("<end_of_turn>")[0]  # the schemas, in the first turn
+    assert "&lt;" not in prompt and "&amp;" not in prompt
+
+
+def test_the_server_parses_native_tool_calls_under_this_template(llama_server: LlamaServer) -> None:
+    """llama.cpp derives the call format from the template (<tool_call> JSON) and parses the model's reply
+    into `tool_calls`; under `required` its grammar holds the arguments to their schema. A base model calls
+    a tool after two example rounds in the history (after one it may loop in text: `required` admits text
+    before the call)."""
+    conversation = [
+        *one_tool_round("C-ab12", "-  a\n+  b"),
+        *one_tool_round("C-cd34", "-  a\n+  b"),
+        {"role": "user", "content": "Look at C-ab12."},
+    ]
+    body = {"messages": conversation, "tools": [DIFF_TOOL], "max_tokens": 48, "temperature": 0}
+    reply = llama_server.post("/v1/chat/completions", {**body, "tool_choice": "required"})
+    (call,) = reply["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "diff"
+    assert json.loads(call["function"]["arguments"])["candidate"] in ("C-ab12", "C-cd34")  # the enum holds
+    # llama.cpp reports its prefix-cache hits where the loop can record them.
+    assert "cached_tokens" in reply["usage"]["prompt_tokens_details"]
+
+
+def test_grading_the_bundled_example_parses_tool_calls_and_ends_within_budget(
+    llama_server: LlamaServer, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    result, events = grade(llama_server, tmp_path, turns=3, max_output_tokens=256)
     elapsed = time.monotonic() - started
-    assert elapsed < 45 + 5
+    assert elapsed < 600 + 10
+    calls = parsed_calls(events)
+    assert calls, "the model made no tool call gagar could parse"
+    tools = {"list_candidates", "diff", "read_file", "search", "submit_ranking"}
+    assert all(c["name"] in tools for c in calls)
     # A 270M base model: a validated ranking or a clear failure, with the group passed through unchanged.
     if result.status != "graded":
-        assert result.status == "failed" and result.reason
+        assert result.status == "failed" and ("ranking" in result.reason or "budget" in result.reason)
+        forced = [e for e in events if e["type"] == "message" and e.get("forced")]
+        assert forced, "the last turn was not forced to submit"
         assert result.advantages_after == result.advantages_before
-    events = read_transcript(result.transcript)
-    assert sum(e["type"] == "response" for e in events) >= 1
-
-
-def test_cached_prompt_tokens_are_recorded(llama_server: LlamaServer) -> None:
-    (group,) = load_group_file(EXAMPLE_GROUP)
-    budgets = Budgets(turns=2, max_output_tokens=16, wall_seconds=40, request_timeout=30, retries=0)
-    grader = LLMGrader("gemma-3-270m", base_url=llama_server.url, sandbox=None, seed=2, budgets=budgets)
-    result = grade_group_sync(group, grader)
-    # The second turn re-sends the first turn's prompt: llama.cpp serves it from its prefix cache.
+    # Every turn after the first re-sends the conversation: llama.cpp serves it from its prefix cache.
     assert 0 < result.usage["cached_prompt_tokens"] < result.usage["prompt_tokens"]
+
+
+def test_a_reply_cut_at_the_turn_limit_is_named_to_the_model(
+    llama_server: LlamaServer, tmp_path: Path
+) -> None:
+    result, events = grade(llama_server, tmp_path, turns=2, max_output_tokens=6)
+    assert result.status == "failed"
+    assert [e["finish_reason"] for e in events if e["type"] == "response"][0] == "length"
+    told = [e["content"] for e in events if e["type"] == "message" and e["role"] == "user"]
+    assert any(text.startswith("Your reply was cut at the limit of 6 tokens") for text in told)
+
+
+def test_a_context_overflow_fails_naming_the_limit(llama_server: LlamaServer, tmp_path: Path) -> None:
+    with LlamaServer(llama_server.binary, llama_server.model, context=512) as small:
+        result, events = grade(small, tmp_path, turns=2)
+    assert result.status == "failed" and "context overflow" in result.reason
+    assert "512 tokens" in result.reason and not any(e["type"] == "retry" for e in events)
+
+
+def test_an_abandoned_request_stops_the_generation(llama_server: LlamaServer, tmp_path: Path) -> None:
+    """The wall budget cuts a long reply; the loop streams, so closing the stream closes the connection and
+    llama.cpp cancels the task and frees the slot. (A non-streamed request whose client left is generated on
+    to max_tokens: measured here, over 9 minutes and 1,400 tokens before the server was stopped.)"""
+    log = Path(llama_server.log_path or "")
+    cancels = log.read_text(errors="replace").count("cancel task")
+    # Unconstrained, the base model writes on to max_tokens (a JSON call would end by itself).
+    budget = {"turns": 2, "max_output_tokens": 4000, "wall_seconds": 8}
+    result, _ = grade(llama_server, tmp_path, structured=False, **budget)
+    cut = time.monotonic()
+    assert "wall-time budget exhausted" in result.reason
+    while llama_server.busy() and time.monotonic() < cut + 5:
+        time.sleep(0.1)
+    assert not llama_server.busy(), "the server was still generating 5 s after the request was abandoned"
+    assert log.read_text(errors="replace").count("cancel task") == cancels + 1
+
+
+def test_a_server_restarting_mid_grading_is_retried(llama_server: LlamaServer, tmp_path: Path) -> None:
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        outcome["result"], outcome["events"] = grade(
+            llama_server, tmp_path, turns=2, max_output_tokens=32, retries=8, retry_wait_max=4
+        )
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    transcript = tmp_path / "inventory-average-empty.jsonl"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and '"response"' not in (
+        transcript.read_text() if transcript.exists() else ""
+    ):
+        time.sleep(0.2)
+    llama_server.stop()  # by PID and process group, as a crash or a redeploy would
+    llama_server.start()  # same port, empty cache
+    worker.join(600)
+    events = outcome["events"]
+    retries = [e for e in events if e["type"] == "retry"]
+    assert retries and ("Connection" in retries[0]["error"] or "503" in retries[0]["error"])
+    responses = [e["t"] for e in events if e["type"] == "response"]
+    assert len(responses) >= 2 and responses[-1] > retries[0]["t"]  # the grading went on after the restart
+    assert outcome["result"].status in ("graded", "failed")

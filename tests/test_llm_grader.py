@@ -6,6 +6,7 @@ import json
 import os
 import re
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -374,3 +375,179 @@ def test_the_last_turn_is_forced() -> None:
 
     result, requests = grade_with(policy, budgets=Budgets(turns=3, retries=0))
     assert result.status == "graded" and [r["tool_choice"] for r in requests] == ["auto", "auto", "required"]
+
+
+def _with(reply: Reply, **changes: Any) -> Reply:
+    """The reply with its choice's message or finish_reason changed, or its usage removed (usage=None)."""
+    body = json.loads(json.dumps(reply.body))
+    choice = body["choices"][0]
+    for key, value in changes.items():
+        if key == "usage":
+            body.pop("usage")
+        elif key == "finish_reason":
+            choice["finish_reason"] = value
+        else:
+            choice["message"][key] = value
+    return Reply(body, reply.status, reply.delay, reply.headers)
+
+
+def test_arguments_as_objects_and_content_beside_tool_calls() -> None:
+    """Some servers send arguments as a JSON object, and text next to the calls: both are taken, and the
+    history carries the arguments as the string the chat format expects."""
+
+    def policy(request, n):
+        reply = inspector(request, n)
+        calls = reply.body["choices"][0]["message"]["tool_calls"]
+        for call in calls:
+            call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+        return _with(reply, content="Let me look.", tool_calls=calls)
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    assistant = [m for m in requests[-1]["messages"] if m["role"] == "assistant"]
+    assert all(m["content"] == "Let me look." for m in assistant)
+    assert all(isinstance(c["function"]["arguments"], str) for m in assistant for c in m["tool_calls"])
+    diffs = [m["content"] for m in requests[-1]["messages"] if m["role"] == "tool"][1:]
+    assert all("average_price" in d for d in diffs)  # the object arguments named real candidates
+
+
+def test_a_missing_usage_block_is_estimated_so_the_token_budget_still_binds() -> None:
+    result, _ = grade_with(lambda request, n: _with(inspector(request, n), usage=None))
+    assert result.status == "graded", result.reason
+    assert result.usage["prompt_tokens"] > 1000 and result.usage["completion_tokens"] > 0
+    starved, requests = grade_with(
+        lambda request, n: _with(tool_calls(("list_candidates", {})), usage=None),
+        budgets=Budgets(tokens=3000, turns=20, retries=0),
+    )
+    assert_unchanged(starved)
+    assert "token budget exhausted" in starved.reason and len(requests) < 20
+
+
+def test_a_reply_cut_at_the_turn_limit_is_named_to_the_model() -> None:
+    def policy(request, n):
+        if n == 0:
+            return _with(text("The first candidate looks"), finish_reason="length")
+        if n == 1:
+            return _with(tool_calls(("diff", '{"candidate": "C-')), finish_reason="length")
+        return submit([labels_in(request)])
+
+    result, requests = grade_with(policy, budgets=Budgets(max_output_tokens=300, retries=0, turns=8))
+    assert result.status == "graded", result.reason
+    assert requests[1]["messages"][-1]["content"].startswith("Your reply was cut at the limit of 300 tokens")
+    error = requests[2]["messages"][-1]
+    assert (
+        error["role"] == "tool" and "not valid JSON" in error["content"] and "300 tokens" in error["content"]
+    )
+    assert all(r["max_tokens"] <= 300 for r in requests)
+
+
+def test_max_tokens_never_exceeds_what_the_token_budget_has_left() -> None:
+    result, requests = grade_with(
+        lambda request, n: tool_calls(("list_candidates", {}), usage=(1000, 200)),
+        budgets=Budgets(tokens=3000, max_output_tokens=4096, retries=0),
+    )
+    assert "token budget exhausted" in result.reason
+    assert [r["max_tokens"] for r in requests] == [3000, 1800, 600]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {  # llama.cpp
+            "error": {
+                "code": 400,
+                "message": "request (9000 tokens) exceeds the available context size (8192 tokens), try "
+                "increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": 9000,
+                "n_ctx": 8192,
+            }
+        },
+        {  # vLLM
+            "object": "error",
+            "message": "This model's maximum context length is 8192 tokens. However, you requested 9000 "
+            "tokens (8000 in the messages, 1000 in the completion).",
+            "type": "BadRequestError",
+            "code": 400,
+        },
+    ],
+)
+def test_a_context_overflow_fails_at_once_naming_the_limit(body: dict[str, Any]) -> None:
+    result, requests = grade_with(lambda request, n: Reply(body, status=400) if n else inspector(request, n))
+    assert_unchanged(result)
+    assert result.reason.startswith("llm: context overflow") or "context overflow" in result.reason
+    assert "8,192 tokens" in result.reason and len(requests) == 2  # not retried
+
+
+def test_structured_text_mode_constrains_each_reply_to_one_tool_call() -> None:
+    """For models that call no tool on their own: a response_format of one JSON tool call per reply (each
+    tool's arguments under its schema, labels an enum); the forced turn admits submit_ranking alone."""
+
+    def policy(request, n):
+        if request.get("messages")[-1]["content"].startswith("Call submit_ranking now"):
+            ranking = {"ranking": [labels_in(request)], "reasons": {}, "confidence": 0.5}
+            return text(json.dumps({"tool": "submit_ranking", "arguments": ranking}))
+        return text('{"tool": "list_candidates", "arguments": {}}')
+
+    result, requests = grade_with(
+        policy, tool_mode="text", structured=True, budgets=Budgets(turns=3, retries=0)
+    )
+    assert result.status == "graded", result.reason
+    assert "tools" not in requests[0] and "tool_choice" not in requests[0]
+    schemas = [r["response_format"]["json_schema"]["schema"] for r in requests]
+    assert [c["properties"]["tool"]["const"] for c in schemas[0]["anyOf"]] == [
+        "list_candidates",
+        "diff",
+        "read_file",
+        "search",
+        "submit_ranking",
+    ]
+    labels = labels_in(requests[0])
+    diff = schemas[0]["anyOf"][1]["properties"]["arguments"]["properties"]
+    assert diff["candidate"]["enum"] == labels and diff["against"]["enum"] == ["base", *labels]
+    assert schemas[-1]["properties"]["tool"]["const"] == "submit_ranking"  # the forced (last) turn
+    ranking = schemas[-1]["properties"]["arguments"]["properties"]["ranking"]
+    assert ranking["items"]["items"]["enum"] == labels
+    assert ranking["maxItems"] == ranking["items"]["maxItems"] == len(labels)  # bounded output
+
+
+def test_diffs_are_shown_without_header_noise() -> None:
+    result, requests = grade_with(inspector)
+    diffs = [m["content"] for m in requests[-1]["messages"] if m["role"] == "tool"][1:5]
+    assert len(diffs) == 4 and all("diff --git a/" in d and "@@ " in d for d in diffs)
+    assert not any(line.startswith(("index ", "--- a/", "+++ b/")) for d in diffs for line in d.splitlines())
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_replies_streamed_or_whole_come_to_the_same_grading(stream: bool) -> None:
+    """Streamed (the default: an abandoned request then stops the server's generation) or whole, the loop
+    sees the same calls, arguments split across chunks joined, and the same usage."""
+    result, requests = grade_with(inspector, stream=stream)
+    assert result.status == "graded", result.reason
+    assert all(bool(r.get("stream")) is stream for r in requests)
+    if stream:
+        assert requests[0]["stream_options"] == {"include_usage": True}
+    assert result.usage["prompt_tokens"] == 400 and result.usage["completion_tokens"] == 80
+    assert result.usage["tool_calls"] == 1 + 4 + 2 + 1
+
+
+def test_a_stream_past_the_wall_budget_is_closed() -> None:
+    def policy(request, n):
+        return Reply(tool_calls(("list_candidates", {})).body, delay=1.5)
+
+    started = time.monotonic()
+    result, _ = grade_with(policy, budgets=Budgets(wall_seconds=1.0, retries=0, request_timeout=30))
+    assert "wall-time budget exhausted" in result.reason and time.monotonic() - started < 5
+
+
+def test_structured_mode_is_part_of_the_fingerprint_and_streaming_is_not() -> None:
+    """A cache must not serve a grading made under other decoding constraints; streaming changes no grade."""
+    prints = {
+        (structured, stream): LLMGrader(
+            "m", base_url="http://127.0.0.1:9/v1", tool_mode="text", structured=structured, stream=stream
+        ).fingerprint()
+        for structured in (False, True)
+        for stream in (False, True)
+    }
+    assert prints[(False, True)] != prints[(True, True)]
+    assert prints[(True, False)] == prints[(True, True)]

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
+from openai import Stream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -53,6 +54,7 @@ RETRYABLE = (openai.RateLimitError, openai.APIConnectionError, openai.InternalSe
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
 FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
 SILENT_TURNS_BEFORE_FORCING = 2
+CUT = "Your reply was cut at the limit of {limit} tokens a turn: keep replies and arguments shorter. "
 
 
 @dataclass
@@ -98,6 +100,118 @@ def _names_tool_choice(exc: Exception) -> bool:
     """An HTTP error blaming the tool_choice (llama-cpp-python answers `required` with a 500)."""
     status = getattr(exc, "status_code", None)
     return status is not None and (400 <= status < 500 or status == 500) and "tool_choice" in str(exc)
+
+
+_OVERFLOW = re.compile(
+    r"exceed_context_size|exceeds the available context|maximum context length|context_length_exceeded"
+    r"|context (length|window|size) (is )?exceeded|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
+
+
+def _context_overflow(exc: Exception) -> str | None:
+    """The reason to fail with when a server refused a request for not fitting the model's context, else None.
+
+    llama.cpp answers 400 `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`; vLLM 400 "This
+    model's maximum context length is N tokens..."; OpenAI `context_length_exceeded`. The reason names the
+    limit where the server gives it."""
+    status = getattr(exc, "status_code", None)
+    if status is None or not 400 <= status < 500 and status != 500:
+        return None
+    text = str(exc)
+    if not _OVERFLOW.search(text):
+        return None
+    body = getattr(exc, "body", None)
+    details = body if isinstance(body, dict) else {}
+    if isinstance(details.get("error"), dict):
+        details = details["error"]
+    prompt, limit = details.get("n_prompt_tokens"), details.get("n_ctx")
+    if limit is None:
+        match = re.search(r"(?:maximum context length is|context size \(|context window of)\s*(\d+)", text)
+        limit = int(match.group(1)) if match else None
+    size = f" ({prompt:,} prompt tokens)" if isinstance(prompt, int) else ""
+    bound = f"the model's context of {limit:,} tokens" if isinstance(limit, int) else "the model's context"
+    return (
+        f"context overflow: the conversation{size} no longer fits {bound}; give the server a larger context "
+        f"or lower the tool output budget ({type(exc).__name__}: {text[:200]})"
+    )
+
+
+def _reply_format(toolbox: Toolbox, only_submit: bool) -> dict[str, Any]:
+    """A `response_format` that admits exactly one text-mode tool call, {"tool": name, "arguments": {...}},
+    each tool's arguments under its own schema; only submit_ranking when the submission is forced."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {"tool": {"const": spec["name"]}, "arguments": spec["parameters"]},
+            "required": ["tool", "arguments"],
+            "additionalProperties": False,
+        }
+        for spec in (s["function"] for s in toolbox.schemas())
+        if not only_submit or spec["name"] == SUBMIT
+    ]
+    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
+
+
+def _assemble(chunks: Stream[ChatCompletionChunk], deadline: float, wall_seconds: float) -> ChatCompletion:
+    """The completion a stream of chunks adds up to: content, tool calls by index (arguments concatenated;
+    an object given whole is kept), finish reason, usage and llama.cpp's timings.
+
+    Raises:
+        GradingFailed: the deadline passed before the last chunk (the caller closes the stream).
+    """
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    head: dict[str, Any] = {}
+    finish, usage, seen_choice = None, None, False
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise GradingFailed(f"wall-time budget exhausted ({wall_seconds:g}s)")
+        head = head or {"id": chunk.id, "created": chunk.created, "model": chunk.model}
+        extra = chunk.model_extra or {}
+        if extra.get("timings"):
+            head["timings"] = extra["timings"]
+        if chunk.usage is not None:
+            usage = chunk.usage.model_dump()
+        for choice in chunk.choices[:1]:
+            seen_choice = True
+            finish = choice.finish_reason or finish
+            delta = choice.delta
+            if delta.content:
+                content.append(delta.content)
+            for piece in delta.tool_calls or []:
+                call = calls.setdefault(piece.index, {"id": None, "name": "", "arguments": ""})
+                call["id"] = piece.id or call["id"]
+                if piece.function is not None:
+                    call["name"] = call["name"] or piece.function.name or ""
+                    arguments = piece.function.arguments
+                    if isinstance(arguments, str):
+                        call["arguments"] += arguments
+                    elif arguments is not None:
+                        call["arguments"] = json.dumps(arguments)
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call["id"] or f"call-{secrets.token_hex(4)}",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call["arguments"]},
+            }
+            for _, call in sorted(calls.items())
+        ]
+    choices = [{"index": 0, "message": message, "finish_reason": finish or "stop"}] if seen_choice else []
+    return ChatCompletion.construct(
+        **{"object": "chat.completion", "id": "", "created": 0, "model": "", **head},
+        choices=choices,
+        usage=usage,
+    )
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as the JSON string the chat format expects in the history (some servers send
+    an object)."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def _cached_tokens(response: Any) -> int:
@@ -209,9 +323,10 @@ class LLMGrader:
         silent = 0  # consecutive answers without a tool call
         forcing = False
         for turn in range(1, budgets.turns + 1):
-            if native and not forcing and (silent >= SILENT_TURNS_BEFORE_FORCING or turn == budgets.turns):
-                # Force the submission: `required` (what llama.cpp, vLLM and OpenAI all take) plus an
-                # appended instruction; the tool list stays as it was, so the history stays append-only.
+            if not forcing and (silent >= SILENT_TURNS_BEFORE_FORCING or turn == budgets.turns):
+                # Force the submission: `required` (what llama.cpp, vLLM and OpenAI all take; in structured
+                # text mode, a schema of submit_ranking alone) plus an appended instruction; the tool list
+                # stays as it was, so the history stays append-only.
                 forcing = True
                 messages.append({"role": "user", "content": FORCE})
                 transcript.event("message", role="user", content=FORCE, forced=True)
@@ -229,7 +344,10 @@ class LLMGrader:
                     {
                         "id": c.id,
                         "type": "function",
-                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                        "function": {
+                            "name": c.function.name,
+                            "arguments": _arguments_text(c.function.arguments),
+                        },
                     }
                     for c in message.tool_calls
                 ]
@@ -242,8 +360,14 @@ class LLMGrader:
                 tool_calls=[{"id": cid, "name": n, "arguments": a} for cid, n, a in calls],
             )
             silent = 0 if calls else silent + 1
+            # Cut at the per-turn limit: say so, so the model answers shorter rather than repeating itself.
+            cut = (
+                CUT.format(limit=self._max_tokens(usage))
+                if response.choices[0].finish_reason == "length"
+                else ""
+            )
             if not calls:
-                reminder = FORCE if forcing else NUDGE  # a user turn either way: templates alternate roles
+                reminder = cut + (FORCE if forcing else NUDGE)  # a user turn either way: templates alternate
                 messages.append({"role": "user", "content": reminder})
                 transcript.event("message", role="user", content=reminder)
                 continue
@@ -261,7 +385,14 @@ class LLMGrader:
                                 f"no valid ranking after {budgets.repairs} repairs: {exc}"
                             ) from None
                         self._reply(
-                            messages, transcript, call_id, name, f"error: {exc}", native, started, True
+                            messages,
+                            transcript,
+                            call_id,
+                            name,
+                            f"error: {exc}" + (f" ({cut.strip()})" if cut else ""),
+                            native,
+                            started,
+                            True,
                         )
                         continue
                     transcript.event(
@@ -275,7 +406,7 @@ class LLMGrader:
                 try:
                     output, is_error = toolbox.call(name, arguments), False
                 except ToolError as exc:
-                    output, is_error = f"error: {exc}", True
+                    output, is_error = f"error: {exc}" + (f" ({cut.strip()})" if cut else ""), True
                 usage.tool_output_chars += len(output)
                 self._reply(messages, transcript, call_id, name, output, native, started, is_error)
             if time.monotonic() > deadline():
@@ -366,15 +497,19 @@ class LLMGrader:
             "model": self.config.model,
             "messages": messages,
             "temperature": self.config.temperature,
-            "max_tokens": budgets.max_output_tokens,
+            "max_tokens": self._max_tokens(usage),
         }
+        if not native and self.config.structured:
+            kwargs["response_format"] = _reply_format(toolbox, only_submit=tool_choice == "required")
         if native:
             kwargs["tools"] = toolbox.schemas()
             # Explicit: OpenAI reads a missing tool_choice as "auto", llama.cpp's Python server as "none".
             if tool_choice not in self._refused_tool_choices:
                 kwargs["tool_choice"] = tool_choice
         retrying = Retrying(
-            retry=retry_if_exception(lambda e: isinstance(e, RETRYABLE) and not _names_tool_choice(e)),
+            retry=retry_if_exception(
+                lambda e: isinstance(e, RETRYABLE) and not _names_tool_choice(e) and not _context_overflow(e)
+            ),
             stop=stop_after_attempt(budgets.retries + 1) | stop_after_delay(remaining),
             wait=wait_exponential_jitter(multiplier=budgets.retry_wait_initial, max=budgets.retry_wait_max),
             before_sleep=note_retry,
@@ -393,13 +528,19 @@ class LLMGrader:
                         timeout = max(0.1, min(budgets.request_timeout, deadline - time.monotonic()))
                         # The raw POST: `chat.completions.create` re-validates every message of the growing
                         # conversation against the SDK's TypedDicts on each turn, the loop's largest CPU cost.
-                        response = self.client.post(
-                            "/chat/completions",
-                            body=kwargs,
-                            cast_to=ChatCompletion,
-                            options={"timeout": timeout},
-                        )
+                        if self.config.stream:
+                            response = self._streamed(kwargs, timeout, deadline)
+                        else:
+                            response = self.client.post(
+                                "/chat/completions",
+                                body=kwargs,
+                                cast_to=ChatCompletion,
+                                options={"timeout": timeout},
+                            )
         except RETRYABLE as exc:
+            overflow = _context_overflow(exc)
+            if overflow:
+                raise GradingFailed(overflow) from None
             if _names_tool_choice(exc) and "tool_choice" in kwargs:
                 self._refused_tool_choices.add(kwargs["tool_choice"])
                 transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
@@ -410,6 +551,9 @@ class LLMGrader:
                 f"endpoint failed after {usage.retries + 1} attempt(s): {type(exc).__name__}: {exc}"
             ) from None
         except openai.APIError as exc:  # 400, 401, 404...: retrying will not help
+            overflow = _context_overflow(exc)
+            if overflow:
+                raise GradingFailed(overflow) from None
             if _names_tool_choice(exc) and "tool_choice" in kwargs:
                 # A form this server refuses (a 4xx or a 500 naming the field): remembered, never resent,
                 # and not counted as an outage.
@@ -426,7 +570,11 @@ class LLMGrader:
             usage.cached_prompt_tokens += _cached_tokens(response)
         else:  # some servers omit usage: estimate, so the token budget still binds
             usage.prompt_tokens += len(json.dumps(messages)) // 4
-            usage.completion_tokens += len(response.choices[0].message.content or "") // 4
+            answer = response.choices[0].message
+            written = (answer.content or "") + "".join(
+                c.function.name + _arguments_text(c.function.arguments) for c in answer.tool_calls or []
+            )
+            usage.completion_tokens += len(written) // 4
         transcript.event(
             "response",
             seconds=round(time.monotonic() - started, 4),
@@ -435,7 +583,34 @@ class LLMGrader:
         )
         return response
 
+    def _streamed(self, kwargs: dict[str, Any], timeout: float, deadline: float) -> ChatCompletion:
+        """One completion, streamed and assembled. Past the deadline the stream is closed, so the server
+        sees the connection go and stops generating (llama.cpp keeps generating a non-streamed request whose
+        client left, to its max_tokens); the grading then fails on its wall-time budget.
+
+        Raises:
+            GradingFailed: the wall-time budget ran out mid-reply.
+            openai.APIError: as a non-streamed request would (status, connection, timeout between chunks).
+        """
+        body = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
+        stream = self.client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletion,
+            options={"timeout": timeout},
+            stream=True,
+            stream_cls=Stream[ChatCompletionChunk],
+        )
+        with stream:
+            return _assemble(stream, deadline, self.config.budgets.wall_seconds)
+
     # -- helpers -----------------------------------------------------------------------------------------
+
+    def _max_tokens(self, usage: _Usage) -> int:
+        """Tokens one turn may generate: the per-turn cap, and never past what the token budget has left, so
+        a request the loop abandons cannot keep a server generating for long."""
+        left = self.config.budgets.tokens - usage.total_tokens
+        return max(1, min(self.config.budgets.max_output_tokens, left))
 
     def fingerprint(self) -> str:
         """What changes this grader's grades: model, prompts, tools mode, sampling, budgets, sandbox."""
@@ -445,7 +620,7 @@ class LLMGrader:
             self.name,
             c.model,
             c.base_url or "",
-            c.tool_mode,
+            c.tool_mode + ("+structured" if c.structured else ""),
             f"{c.temperature:g}",
             prompts,
             str(c.seed),

@@ -26,6 +26,13 @@ class LLMConfig:
     """Sampling temperature."""
     tool_mode: Literal["native", "text"] = "native"
     """native function calling, or JSON in text for endpoints without it."""
+    structured: bool = False
+    """In text mode, constrain every reply to one JSON tool call (`response_format` json_schema, which
+    llama.cpp, vLLM and SGLang enforce by constrained decoding): for small or base models that will not call
+    tools on their own. The reply can then hold no reasoning text."""
+    stream: bool = True
+    """Stream replies: a request cut by the wall budget then closes its connection mid-reply, and the
+    server stops generating (llama.cpp keeps generating a non-streamed request whose client left)."""
     prompts_dir: Path | None = field(default=None, metadata={"cli": "--prompts"})
     """Folder whose files override the shipped prompts/."""
     budgets: Budgets = field(default_factory=Budgets)

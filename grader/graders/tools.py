@@ -52,6 +52,29 @@ def find_injections(patch_text: str) -> list[str]:
     return hits
 
 
+def compact_diff(text: str) -> str:
+    """A unified diff without the header lines a reviewer does not need: `index` (blob hashes) and the
+    `---`/`+++` pair that repeats the paths of `diff --git` (new, deleted and renamed files keep their mode
+    and rename lines, which say the same). Hunks are untouched.
+
+    Args:
+        text: `git diff` output.
+
+    Returns:
+        The same diff, shorter by three lines a file.
+    """
+    kept, in_header = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("diff --git "):
+            in_header = True
+        elif line.startswith("@@"):
+            in_header = False
+        elif in_header and line.startswith(("index ", "--- ", "+++ ")):
+            continue
+        kept.append(line)
+    return "".join(kept)
+
+
 class Markers:
     """The data markers of one grading: fresh randomness, or, given a key, a sequence derived from it.
 
@@ -234,8 +257,31 @@ class Toolbox:
         self._sandbox_error: str | None = None
 
     def schemas(self) -> list[dict[str, Any]]:
-        """The tools in the chat-completions `tools` format."""
-        return tool_schemas(list(self.specs.values()))
+        """The tools in the chat-completions `tools` format, each label argument an `enum` of this group's
+        labels: a server that constrains tool calls to their schema (llama.cpp's grammar, vLLM's and
+        SGLang's structured outputs) then cannot produce a label that does not exist. Fixed for a grading, so
+        every request of it sends the same tools."""
+        ranked = list(self.candidates.order)
+        shown = ranked + list(self.candidates.contrast)
+        labels: dict[str, list[str]] = {
+            "candidate": shown,
+            "against": [BASE, *shown],
+            "target": [BASE, *shown],
+            "targets": [BASE, *ranked],
+            "ranking": ranked,
+        }
+        tools = tool_schemas(json.loads(json.dumps(list(self.specs.values()))))
+        for tool in tools:
+            for name, schema in tool["function"]["parameters"].get("properties", {}).items():
+                allowed = labels.get(name)
+                if allowed is None:
+                    continue
+                while schema.get("type") == "array":  # the label inside (ranking: a list of lists of labels)
+                    schema["maxItems"] = len(allowed)  # bounds what a constrained decoder can emit
+                    schema = schema["items"]
+                if schema.get("type") == "string":
+                    schema["enum"] = allowed
+        return tools
 
     def names(self) -> list[str]:
         return list(self.specs)
@@ -302,7 +348,8 @@ class Toolbox:
         return self._wrap("\n".join(rows))
 
     def _tool_diff(self, candidate: str, against: str = BASE, path: str | None = None, page: int = 1) -> str:
-        text = self.view.diff(self._target(candidate), self._target(against), paths=[path] if path else None)
+        paths = [path] if path else None
+        text = compact_diff(self.view.diff(self._target(candidate), self._target(against), paths=paths))
         pages = max(1, -(-len(text) // self.page_chars))
         if page > pages:
             raise ToolError(f"page {page} does not exist; the diff has {pages} page(s)")
@@ -432,6 +479,7 @@ __all__ = [
     "ToolError",
     "Toolbox",
     "assign_labels",
+    "compact_diff",
     "find_injections",
     "injections_by_trajectory",
     "offered_tools",
