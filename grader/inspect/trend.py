@@ -7,6 +7,7 @@ trajectories, and the mean Kendall tau of credit with length and with patch size
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,13 +29,20 @@ def read_steps(run_dirs: Sequence[Path | str]) -> list[StepReading]:
         run_dirs: run directories of `gagar grade --out`, in step order.
 
     Returns:
-        One reading per directory.
+        One reading per directory, named by its path under the directory they all share.
 
     Raises:
         FileNotFoundError: when a directory has no results.jsonl.
         ValueError: when a line of one is not a result.
     """
-    return [read_step(str(path), load_run(path).results) for path in run_dirs]
+    paths = [Path(path) for path in run_dirs]
+    # Steps are named by what tells them apart: their paths under the directory they share.
+    common = Path(os.path.commonpath([p.resolve() for p in paths])) if len(paths) > 1 else None
+    steps = []
+    for path in paths:
+        name = str(path.resolve().relative_to(common)) if common and path.resolve() != common else str(path)
+        steps.append(read_step(name, load_run(path).results))
+    return steps
 
 
 def _number(value: float | None, signed: bool = False) -> str:
