@@ -32,6 +32,7 @@ RESULT_KEYS = {
     "transcript",
     "details",
     "seconds",
+    "length",
 }
 
 
