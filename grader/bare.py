@@ -151,6 +151,12 @@ class Remover:
 
     def __init__(self, rmtree: Callable[[Path], None] | None = None) -> None:
         self._rmtree = rmtree or (lambda path: shutil.rmtree(path, ignore_errors=True))
+        self._reset()
+        # A forked child (multiprocessing) has no remover thread, and may have copied the queue's lock while
+        # the thread held it: it starts afresh, and the parent's queue stays the parent's.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._queue: queue.Queue[Path | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

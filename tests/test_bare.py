@@ -3,6 +3,7 @@ packed in one write, removal off the grading's path; and that git reads all of i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -121,6 +122,26 @@ def test_removal_leaves_the_path_at_once_and_the_files_soon(tmp_path: Path) -> N
     assert removed == [tmp_path / ".ws.removing"] and list(tmp_path.iterdir()) == []
     remover.remove(tmp_path / "missing")  # nothing there: nothing to do, no error
     remover.drain()
+
+
+def test_a_forked_child_removes_with_its_own_thread(tmp_path: Path) -> None:
+    remover = bare.Remover()
+    (tmp_path / "started").mkdir()
+    remover.remove(tmp_path / "started")  # the parent's thread is running when it forks
+    remover.drain()
+    target = tmp_path / "in-child"
+    (target / "a").mkdir(parents=True)
+    pid = os.fork()
+    if pid == 0:  # the child: remove, drain, and report through the exit status only
+        try:
+            remover.remove(target)
+            remover.drain()
+            os._exit(0 if not target.exists() and not (tmp_path / ".in-child.removing").exists() else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_build_runs_only_apply_write_tree_and_one_diff_tree_and_applies_a_repeated_patch_once(
