@@ -458,7 +458,8 @@ def open_workspace(
 ) -> Iterator[Workspace]:
     """Build the workspace of a completed group (see `models.complete_group`) and remove it on exit.
 
-    `root` is where it lives (a new temporary directory by default); with `keep` it stays for inspection.
+    `root` is where it lives (by default a new temporary directory under `bare.workspace_parent()`: a tmpfs
+    when one with room is available); with `keep` it stays for inspection.
     `resources` bound concurrent builds (`resources.workspace`, held while building) and are what graders
     of this workspace share (the process default when not given).
     Trajectory-level problems (a patch that is invalid or does not apply) are recorded on the trajectory's
@@ -470,7 +471,10 @@ def open_workspace(
     except (FileNotFoundError, LookupError, GitError) as exc:
         raise WorkspaceError(f"group {group.group_id!r}: {exc}") from exc
     if root is None:
-        path = Path(tempfile.mkdtemp(prefix=f"gagar-{ref_name(group.group_id)}-"))
+        parent = bare.workspace_parent()
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=f"gagar-{ref_name(group.group_id)}-", dir=parent))
     else:
         path = Path(root)
         if path.exists() and any(path.iterdir()):

@@ -170,3 +170,24 @@ def test_a_build_runs_only_apply_write_tree_and_one_diff_tree_and_applies_a_repe
         assert ws.commit_of(BASE) == repo.base
         path = ws.path
     assert not path.exists()
+
+
+def test_workspaces_go_where_asked_else_to_a_roomy_tmpfs(
+    repo: RepoFactory, mirrors: MirrorCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = repo.group({"good": (repo.patch(FIX), True), "bad": ("", False)})
+    monkeypatch.setenv(bare.ENV_WORKSPACES, str(tmp_path / "workspaces"))
+    with open_workspace(group, mirrors=mirrors) as ws:
+        assert ws.path.parent == tmp_path / "workspaces" and ws.gradable() == ["good"]
+    bare.remover.drain()
+    assert list((tmp_path / "workspaces").iterdir()) == []
+    monkeypatch.delenv(bare.ENV_WORKSPACES)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the user's choice of temporary directory is kept
+    assert bare.workspace_parent() is None
+    monkeypatch.delenv("TMPDIR")
+    mounts = Path("/proc/mounts").read_text()
+    shm_is_tmpfs = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in mounts.splitlines())
+    roomy = shm_is_tmpfs and (lambda s: s.f_bavail * s.f_frsize)(os.statvfs("/dev/shm")) >= bare.MIN_SHM_FREE
+    assert bare.workspace_parent() == (Path("/dev/shm") if roomy else None)
+    monkeypatch.setattr(bare, "MIN_SHM_FREE", 1 << 60)  # a container's 64 MiB /dev/shm: not used
+    assert bare.workspace_parent() is None
