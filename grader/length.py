@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from grader.models import Group, GroupResult, LengthSignal
 
@@ -32,32 +30,31 @@ WINDOW = 3
 """Steps the warning rule looks back over (all of them when there are fewer)."""
 
 
-def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Kendall's tau-b of two equally long sequences.
+def rank_correlation(x: Mapping[str, float], y: Mapping[str, float]) -> float | None:
+    """Kendall's tau-b of two quantities over the ids both give a value for.
+
+    Each quantity orders the ids (equal values tie), and the orders are compared with the evaluation's own
+    `metrics.kendall_tau`, so there is one tau-b in gagar.
 
     Args:
-        x: values of the first variable.
-        y: values of the second, paired with `x`.
+        x: a value per id (a weight, say).
+        y: another value per id (a length).
 
     Returns:
-        (concordant - discordant) / sqrt(pairs untied in x * pairs untied in y), in [-1, 1]; None when fewer
-        than two pairs, or when either variable is constant.
-
-    Raises:
-        ValueError: when the sequences differ in length.
+        In [-1, 1]: +1 when a larger x always goes with a larger y; None with fewer than two common ids or
+        when either quantity is constant over them.
     """
-    if len(x) != len(y):
-        raise ValueError(f"tau of {len(x)} and {len(y)} values: the sequences must pair up")
-    if len(x) < 2:
-        return None
-    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    upper = np.triu_indices(len(a), k=1)
-    sx = np.sign(a[:, None] - a[None, :])[upper]
-    sy = np.sign(b[:, None] - b[None, :])[upper]
-    untied_x, untied_y = int(np.count_nonzero(sx)), int(np.count_nonzero(sy))
-    if untied_x == 0 or untied_y == 0:
-        return None
-    return float(np.sum(sx * sy) / math.sqrt(untied_x * untied_y))
+    # Imported here: the evaluation package imports the pipeline, which imports this module.
+    from grader.evaluation.metrics import kendall_tau
+
+    return kendall_tau(_order(x), _order(y))
+
+
+def _order(values: Mapping[str, float]) -> list[list[str]]:
+    tiers: dict[float, list[str]] = {}
+    for tid, value in values.items():
+        tiers.setdefault(value, []).append(tid)
+    return [tiers[value] for value in sorted(tiers, reverse=True)]
 
 
 def _rounded(value: float | None) -> float | None:
@@ -87,26 +84,19 @@ def group_signal(group: Group, result: GroupResult) -> LengthSignal | None:
         source, lengths = "response_length", {tid: float(tokens[tid] or 0) for tid in ranked}
     else:
         source, lengths = "patch_size", {tid: float(sizes[tid]) for tid in ranked}
-    weights = [result.weights[tid] for tid in ranked]
-    after = [result.advantages_after.get(tid) for tid in ranked]
-    usable = [k for k, value in enumerate(after) if value is not None]
-
-    def against(values: dict[str, float] | dict[str, int]) -> tuple[float | None, float | None]:
-        column = [values[tid] for tid in ranked]
-        by_advantage = kendall_tau_b([after[k] or 0.0 for k in usable], [column[k] for k in usable])
-        return _rounded(kendall_tau_b(weights, column)), _rounded(by_advantage)
-
-    weight_length, advantage_length = against(lengths)
-    weight_size, advantage_size = against(sizes)
+    weights = {tid: result.weights[tid] for tid in ranked}
+    after = {tid: v for tid in ranked if (v := result.advantages_after.get(tid)) is not None}
+    weight_length, advantage_length = rank_correlation(weights, lengths), rank_correlation(after, lengths)
+    weight_size, advantage_size = rank_correlation(weights, sizes), rank_correlation(after, sizes)
     tiers = [[tid for tid in tier if tid in lengths] for tier in result.ranking]
     tiers = [tier for tier in tiers if tier]
     return LengthSignal(
         source=source,  # type: ignore[arg-type]
         n=len(ranked),
-        weight_vs_length=weight_length,
-        advantage_vs_length=advantage_length,
-        weight_vs_patch_size=weight_size,
-        advantage_vs_patch_size=advantage_size,
+        weight_vs_length=_rounded(weight_length),
+        advantage_vs_length=_rounded(advantage_length),
+        weight_vs_patch_size=_rounded(weight_size),
+        advantage_vs_patch_size=_rounded(advantage_size),
         top_length=round(statistics.fmean(lengths[t] for t in tiers[0]), 2),
         bottom_length=round(statistics.fmean(lengths[t] for t in tiers[-1]), 2),
         lengths=lengths,
