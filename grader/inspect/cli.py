@@ -80,7 +80,11 @@ def register(subparsers: Any) -> None:
         "trend", help="the length-growth monitor across training steps (one run directory per step)"
     )
     parser.add_argument(
-        "run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories, in step order"
+        "run_dirs",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directories, in step order (mind that a shell glob puts run-10 before run-2)",
     )
     parser.add_argument(
         "--window", type=int, default=length.WINDOW, help="steps the warning looks back over (0: all)"
