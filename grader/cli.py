@@ -217,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     swebench.add_argument("-o", "--output", required=True, type=Path)
     swebench.set_defaults(func=cmd_import_swebench)
 
+    from grader.distill.cli import register as register_distill
     from grader.evaluation.cli import register as register_evaluation
     from grader.inspect.cli import register as register_inspect
     from grader.sandbox.cli import register as register_sandbox
@@ -226,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_evaluation(sub)
     register_inspect(sub)
     register_simulate(sub)
+    register_distill(sub)
     return parser
 
 

@@ -37,6 +37,11 @@ class InvalidRanking(GagarError, ValueError):
     """A ranking that does not rank exactly the expected candidates once each; the message says how."""
 
 
+class InvalidReference(GagarError, ValueError):
+    """A reference that cannot be scored against: malformed, or its preferences contradict each other or
+    form a cycle. The message names the file, the group and the pair."""
+
+
 class GradingFailed(GagarError, RuntimeError):
     """A grader could not produce a ranking; the group passes through unchanged with this reason.
 
@@ -99,6 +104,11 @@ class NotApplicable(GagarError, ValueError):
     """An edit cannot be made on this source (nothing to edit, or no safe way to edit it); says why."""
 
 
+class DistillError(GagarError, ValueError):
+    """A distillation run that cannot start: an output folder that cannot be written, another run writing
+    there, a resume whose settings differ from the run it continues. Raised before any teacher call."""
+
+
 class ToolError(GagarError):
     """A tool call the model got wrong; the message goes back to the model, never out of the grader."""
 
@@ -112,6 +122,7 @@ __all__ = [
     "ImageBuildError",
     "InputFileError",
     "InvalidRanking",
+    "InvalidReference",
     "NotApplicable",
     "PatchError",
     "SandboxError",

@@ -84,6 +84,7 @@ class Group(BaseModel):
         return self
 
     def trajectory(self, trajectory_id: str) -> Trajectory:
+        """The trajectory with this id. Raises KeyError naming the group and the id when there is none."""
         for t in self.trajectories:
             if t.id == trajectory_id:
                 return t
@@ -98,6 +99,9 @@ def complete_group(
     `passed` defaults to `reward >= pass_threshold`. When any advantage is missing, all are computed as
     (r - mean) / (std + eps) over the group, with the unbiased std as verl and TRL compute it (a group of one
     gets std 1); r is the reward, or the pass flag as 0/1 where no reward is given.
+
+    Raises:
+        ValueError: a trajectory has neither `passed` nor `reward` (the message names it).
     """
     trajectories = []
     for t in group.trajectories:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from grader.errors import InvalidRanking
 
 Ranking = list[list[str]]
@@ -73,6 +75,27 @@ def _ranked(ranking: object) -> list[str]:
 
 def _duplicated(ids: list[str]) -> list[str]:
     return sorted({item for item in ids if ids.count(item) > 1})
+
+
+def positions(ranking: Sequence[Sequence[str]]) -> dict[str, int]:
+    """Tie-group index of each id (0 = best).
+
+    Args:
+        ranking: tie groups of ids, best first.
+
+    Returns:
+        Id -> the index of its tie group.
+
+    Raises:
+        ValueError: an id is listed twice.
+    """
+    rank: dict[str, int] = {}
+    for index, tier in enumerate(ranking):
+        for tid in tier:
+            if tid in rank:
+                raise ValueError(f"id {tid!r} appears more than once in the ranking")
+            rank[tid] = index
+    return rank
 
 
 def expand_classes(class_ranking: Ranking, classes: dict[str, list[str]]) -> Ranking:

@@ -95,6 +95,9 @@ def register_scheme(name: str) -> Callable[[WeightScheme], WeightScheme]:
     The decorated function is called as ``scheme(n_ranks, **params)`` and must return ``n_ranks`` finite
     positive weights, best rank first. Registering a name twice is an error, because silently replacing a
     scheme would change training runs that refer to it by name.
+
+    Raises:
+        ValueError: (when decorating) ``name`` is already registered.
     """
 
     def decorator(scheme: WeightScheme) -> WeightScheme:
@@ -136,7 +139,12 @@ def linear_weights(n_ranks: int, *, floor: float = DEFAULT_FLOOR) -> np.ndarray:
 
 @register_scheme("exponential")
 def exponential_weights(n_ranks: int, *, decay: float = 0.5, floor: float = DEFAULT_FLOOR) -> np.ndarray:
-    """Weight ``max(floor, decay ** r)`` for rank position ``r``; ``decay`` must be in (0, 1]."""
+    """Weight ``max(floor, decay ** r)`` for rank position ``r``.
+
+    Raises:
+        ValueError: ``n_ranks`` is not a positive integer, ``floor`` is not in (0, 1], or ``decay`` is not
+            in (0, 1].
+    """
     n_ranks = _check_n_ranks(n_ranks)
     floor = _check_floor(floor)
     if not (isinstance(decay, (int, float, np.integer, np.floating)) and 0.0 < float(decay) <= 1.0):
@@ -147,7 +155,12 @@ def exponential_weights(n_ranks: int, *, decay: float = 0.5, floor: float = DEFA
 
 @register_scheme("top-k")
 def top_k_weights(n_ranks: int, *, k: int = 1, floor: float = DEFAULT_FLOOR) -> np.ndarray:
-    """Weight 1.0 for the first ``k`` rank positions and ``floor`` for the rest."""
+    """Weight 1.0 for the first ``k`` rank positions and ``floor`` for the rest.
+
+    Raises:
+        ValueError: ``n_ranks`` is not a positive integer, ``floor`` is not in (0, 1], or ``k`` is not an
+            integer >= 1.
+    """
     n_ranks = _check_n_ranks(n_ranks)
     floor = _check_floor(floor)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -412,6 +425,11 @@ def redistribute_batch(
     Returns a new array of exactly the input's shape and floating dtype (the input is never mutated) and a
     dict ``group_id -> reason`` for the groups left unchanged; see :func:`redistribute_group` for the
     reasons. A passing row with an empty mask has advantage 0, so its group is left unchanged.
+
+    Raises:
+        ValueError: a shape, dtype or value is off (the message names the argument): advantages not (N,) or
+            (N, T), inputs of other lengths, a mask not 0/1, lengths with a mask, an unknown ``preserve``.
+            A non-finite advantage or weight is no error: its group is left unchanged, with the reason.
     """
     _check_preserve(preserve)
     original = _as_float_array(advantages, "advantages")
@@ -513,6 +531,9 @@ def shrink_weights(weights: dict[str, float], shrink: float) -> dict[str, float]
 
     For a grader unsure of itself (a consensus whose gradings disagree). Monotone in w for shrink > 0, so it
     never reorders candidates; scheme weights lie in (0, 1], so the results do too and the floor only rises.
+
+    Raises:
+        ValueError: ``shrink`` is outside [0, 1].
     """
     if not 0.0 <= shrink <= 1.0:
         raise ValueError(f"shrink must be in [0, 1], got {shrink!r}")

@@ -63,7 +63,11 @@ class Registry(Generic[T]):
     def add(
         self, name: str, factory: Callable[..., T] | str, config: type | None = None, doc: str | None = None
     ) -> None:
-        """Register without a decorator; `factory` may be "module:attribute", imported only when used."""
+        """Register without a decorator; `factory` may be "module:attribute", imported only when used.
+
+        Raises:
+            ValueError: `name` is already registered, or `config` is given and is not a dataclass.
+        """
         if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is already registered")
         if config is not None and not is_dataclass(config):

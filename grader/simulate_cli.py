@@ -202,6 +202,11 @@ def write_plot(result: SimulationResult, path: Path) -> Path:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    """`gagar simulate`: run the simulation, write its table, data and plot, print the table.
+
+    Raises:
+        ValueError: a plot is asked for and matplotlib is not installed.
+    """
     config = config_from_args(args)
     if not args.no_plot:
         try:

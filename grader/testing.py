@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
+from types import SimpleNamespace
 from typing import Any
 
 Policy = Callable[[dict[str, Any], int], "Reply"]
@@ -200,3 +201,125 @@ class ScriptedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def tiny_llama(
+    words: list[str], pre_tokenizer: Any = None, hidden_size: int = 16, seed: int = 0
+) -> tuple[Any, Any]:
+    """A one-layer random Llama and a word-level fast tokenizer over `words`, built in memory (no model hub):
+    what the TRL tests and examples train on the CPU. Needs torch, tokenizers and transformers.
+
+    Args:
+        words: the vocabulary; the first three are the pad, unknown and end-of-sequence tokens.
+        pre_tokenizer: how text is split into words (default: on whitespace, which it drops).
+        hidden_size: the model's width (its MLP is twice as wide).
+        seed: torch's seed for the random weights.
+
+    Returns:
+        (model, tokenizer).
+    """
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    pad, unknown, eos = words[:3]
+    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token=unknown))
+    backend.pre_tokenizer = pre_tokenizer or Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=pad, eos_token=eos, unk_token=unknown
+    )
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+    )
+    return LlamaForCausalLM(config), tokenizer
+
+
+def verl_reward_batch(
+    group_ids: list[str],
+    patches: list[str],
+    scores: list[float],
+    lengths: list[int],
+    task: dict[str, Any],
+    response_length: int,
+    prompt_length: int = 3,
+) -> Any:
+    """A verl ``DataProto`` as verl's fit loop holds it at the reward step, for the verl adapter's tests and
+    example: prompts, responses, masks, ``rm_scores`` (the score on each response's last token), the dataset
+    row's ``extra_info`` (the task) and the reward function's extras (``patch``, ``acc``) listed in
+    ``meta_info["reward_extra_keys"]``. Needs torch and verl.
+
+    Args:
+        group_ids: the ``uid`` of each row.
+        patches: each row's patch.
+        scores: each row's score.
+        lengths: each row's response length in tokens (at most `response_length`).
+        task: the task fields every row's ``extra_info`` holds.
+        response_length: the padded response width.
+        prompt_length: the padded prompt width.
+
+    Returns:
+        the ``DataProto``.
+    """
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    bs = len(scores)
+    mask = torch.zeros(bs, response_length)
+    rm_scores = torch.zeros(bs, response_length)
+    for row, (score, length) in enumerate(zip(scores, lengths, strict=True)):
+        mask[row, :length] = 1
+        rm_scores[row, length - 1] = score
+    return DataProto.from_dict(
+        tensors={
+            "prompts": torch.ones(bs, prompt_length, dtype=torch.long),
+            "responses": torch.ones(bs, response_length, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(bs, prompt_length), mask], dim=1).long(),
+            "response_mask": mask,
+            "rm_scores": rm_scores,
+        },
+        non_tensors={
+            "uid": np.array(group_ids, dtype=object),
+            "extra_info": np.array([dict(task) for _ in scores], dtype=object),
+            "patch": np.array(patches, dtype=object),
+            "acc": np.array(scores, dtype=object),
+        },
+        meta_info={"reward_extra_keys": ["patch", "acc"]},
+    )
+
+
+@dataclass
+class SlimeSample:
+    """The parts of slime's ``Sample`` gagar's slime adapter reads (slime is not on PyPI): the reward, the
+    response length and the metadata a ``--group-rm`` reward function fills."""
+
+    reward: float
+    response_length: int = 10
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def get_reward_value(self, args: Any) -> float:
+        return self.reward
+
+
+def slime_args(**overrides: Any) -> SimpleNamespace:
+    """slime's argument namespace as its GRPO reward normalization reads it (4 samples a prompt, 2 prompts),
+    with `overrides` applied."""
+    defaults: dict[str, Any] = dict(
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        n_samples_per_prompt=4,
+        rollout_batch_size=2,
+    )
+    return SimpleNamespace(**{**defaults, **overrides})

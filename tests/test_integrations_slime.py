@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,30 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the integrations extra is not installed")
 from grader.integrations import slime  # noqa: E402
-
-
-@dataclass
-class Sample:
-    """The parts of slime's Sample the adapter reads."""
-
-    reward: float
-    response_length: int = 10
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def get_reward_value(self, args: Any) -> float:
-        return self.reward
-
-
-def args(**overrides: Any) -> SimpleNamespace:
-    defaults = dict(
-        advantage_estimator="grpo",
-        rewards_normalization=True,
-        grpo_std_normalization=True,
-        n_samples_per_prompt=4,
-        rollout_batch_size=2,
-    )
-    return SimpleNamespace(**{**defaults, **overrides})
-
+from grader.testing import SlimeSample as Sample  # noqa: E402
+from grader.testing import slime_args as args  # noqa: E402
 
 REWARDS = [1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
 
@@ -104,3 +81,61 @@ def test_dynamic_filter_keeps_mixed_groups() -> None:
     assert keep(args(), [Sample(1.0), Sample(1.0)]) is False
     assert keep(args(), [[Sample(0.0), Sample(0.0)], [Sample(1.0)]]) is True
     assert slime.make_dynamic_filter(0.5)(args(), [Sample(0.6), Sample(0.4)]) is True
+
+
+# ------------------------------------------------------------------------------------------
+# Grading during the rollout: --group-rm submits, the reward post-process collects
+# ------------------------------------------------------------------------------------------
+
+CANDIDATES = [["clean", "edits-tests", "wrong-value", "leftover-script"], ["gave-up", "wrong-value"] * 2]
+
+
+def test_group_rm_submits_and_post_process_collects_real_grades() -> None:
+    import asyncio
+
+    from grader.formats import load_group_file
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations.batch import BatchGrader
+    from grader.pipeline import grade_group_sync
+    from grader.redistribute import redistribute_batch
+    from tests.conftest import EXAMPLE_GROUP
+
+    (example,) = load_group_file(EXAMPLE_GROUP)
+    task = {"repo": example.task.repo, "base_commit": example.task.base_commit}
+
+    def group_of(ids: list[str]) -> list[Sample]:
+        return [
+            Sample(0.0, response_length=20 + 7 * k, metadata={"patch": example.trajectory(t).patch, **task})
+            for k, t in enumerate(ids)
+        ]
+
+    def run_tests(a: Any, samples: list[Sample]) -> list[float]:
+        """Stand-in for running each sample's tests: the example's recorded outcome."""
+        by_patch = {t.patch: float(bool(t.passed)) for t in example.trajectories}
+        return [by_patch[s.metadata["patch"]] for s in samples]
+
+    grading = slime.SlimeGrading(BatchGrader(HeuristicGrader(), slime.SLIME_MAPPING), run_tests, deadline=60)
+    kept, dropped = group_of(CANDIDATES[0]), group_of(CANDIDATES[1])
+    for group in (kept, dropped):
+        rewards = asyncio.run(grading.group_rm(args(), group))
+        for sample, reward in zip(group, rewards, strict=True):
+            sample.reward = reward  # what slime does with the group's rewards
+    assert slime.keep_mixed_groups(args(), kept) is True
+    assert slime.keep_mixed_groups(args(), dropped) is False  # slime's filter drops the all-failing group
+    a = args(rollout_batch_size=1)
+    raw, rewards = grading.reward_post_process(a, kept)
+    step = grading.last_step
+    assert step is not None and step.outcomes == ["graded"] * 4
+    sub = example.model_copy(update={"trajectories": [example.trajectory(t) for t in CANDIDATES[0]]})
+    named = grade_group_sync(sub, HeuristicGrader()).weights
+    assert step.weights.tolist() == [named.get(t, 1.0) for t in CANDIDATES[0]]
+    lengths = np.array([s.response_length for s in kept])
+    mask = np.arange(lengths.max()) < lengths[:, None]
+    expected, _ = redistribute_batch(
+        slime_default(a, raw), np.zeros(4), np.array(raw) >= 1, step.weights, mask, preserve="token"
+    )
+    np.testing.assert_allclose(rewards, expected, rtol=1e-6)
+    assert rewards[0] > rewards[3] > rewards[1]  # clean > leftover-script > edits-tests
+    # The group slime dropped was discarded at collection, not left pending.
+    assert grading.grader.discard_pending() == 0
+    grading.grader.close()

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch", reason="the integrations extra is not insta
 pytest.importorskip("trl", reason="trl is not installed (pip install 'gagar[integrations]')")
 from grader.integrations.trl import Collectives, GagarGRPOTrainer, redistribute_gathered  # noqa: E402
 from grader.redistribute import redistribute_batch  # noqa: E402
+from grader.testing import tiny_llama  # noqa: E402
 
 G = 4  # num_generations
 
@@ -82,32 +83,19 @@ def passes_tests(completions: list[Any], **kwargs: Any) -> list[float]:
     return PASS_PATTERN[: len(completions)]
 
 
-def tiny_trainer(tmp_path: Path, weights_fn: Callable[..., Any]) -> GagarGRPOTrainer:
+def tiny_trainer(
+    tmp_path: Path,
+    weights_fn: Callable[..., Any] | None = None,
+    preserve: str | None = "sequence",
+    reward: Callable[..., list[float]] = passes_tests,
+    dataset_rows: list[dict[str, Any]] | None = None,
+    **gagar: Any,
+) -> GagarGRPOTrainer:
     from datasets import Dataset
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     from trl import GRPOConfig
 
     words = ["[PAD]", "[UNK]", "[EOS]", "fix", "the", "bug", "in", "stock", "py", "return", "total"]
-    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    backend.pre_tokenizer = Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]", unk_token="[UNK]"
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=None,
-    )
+    model, tokenizer = tiny_llama(words)
     args = GRPOConfig(
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,
@@ -119,14 +107,16 @@ def tiny_trainer(tmp_path: Path, weights_fn: Callable[..., Any]) -> GagarGRPOTra
         save_strategy="no",
         logging_steps=1,
     )
-    dataset = Dataset.from_list([{"prompt": "fix the bug in stock py"}, {"prompt": "return the total"}] * 4)
+    rows = dataset_rows or [{"prompt": "fix the bug in stock py"}, {"prompt": "return the total"}]
     return GagarGRPOTrainer(
-        model=LlamaForCausalLM(config),
-        reward_funcs=[passes_tests],
+        model=model,
+        reward_funcs=[reward],
         args=args,
-        train_dataset=dataset,
+        train_dataset=Dataset.from_list(rows * 4),
         processing_class=tokenizer,
         weights_fn=weights_fn,
+        preserve=preserve,
+        **gagar,
     )
 
 
@@ -166,3 +156,119 @@ def test_real_trainer_weights_redistribute(tmp_path: Path, batch: list[dict[str,
     assert trainer.gagar_unchanged == reasons == {1: "uniform weights"}
     # And a whole training step runs through the subclass.
     trainer.train()
+
+
+# ------------------------------------------------------------------------------------------
+# The real GRPOTrainer grading during the step, with the real heuristic grader
+# ------------------------------------------------------------------------------------------
+
+# The tiny random model cannot write patches: completion k of a prompt stands for candidate k of the bundled
+# example, which the dataset row lists with the candidates' test outcomes (a stand-in for running them).
+CANDIDATES = {
+    "fix the bug in stock py": ["clean", "edits-tests", "wrong-value", "leftover-script"],
+    "return the total": ["reformats-report", "clean-respaced", "gave-up", "wrong-value"],
+}
+
+
+def example_rows() -> list[dict[str, Any]]:
+    from grader.formats import load_group_file
+    from tests.conftest import EXAMPLE_GROUP
+
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    rows = []
+    for prompt, ids in CANDIDATES.items():
+        rows.append(
+            {
+                "prompt": prompt,
+                "patches": [group.trajectory(t).patch for t in ids],
+                "passes": [float(bool(group.trajectory(t).passed)) for t in ids],
+                "candidates": ids,
+                "repo": group.task.repo,
+                "base_commit": group.task.base_commit,
+                "statement": group.task.statement,
+            }
+        )
+    return rows
+
+
+def candidate_passes(completions: list[Any], passes: list[list[float]], **kwargs: Any) -> list[float]:
+    """The k-th completion of a prompt passed iff the example's k-th candidate did (groups are contiguous)."""
+    return [passes[i][i % G] for i in range(len(completions))]
+
+
+def test_real_trainer_grades_real_patches_during_the_step(tmp_path: Path) -> None:
+    from grader.formats import load_group_file
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations.batch import BatchGrader
+    from grader.integrations.rows import RowMapping
+    from grader.pipeline import grade_group_sync
+    from tests.conftest import EXAMPLE_GROUP
+
+    mapping = RowMapping(patch=lambda row: row["patches"][int(row["trajectory_id"])])
+    grader = BatchGrader(HeuristicGrader(), mapping, workers=2)
+    rows = example_rows()
+    trainer = tiny_trainer(
+        tmp_path, preserve=None, reward=candidate_passes, dataset_rows=rows, grader=grader, deadline=60
+    )
+    assert trainer.gagar_preserve == "token"  # TRL's default loss, dapo, is a token mean
+    trainer.model.train()
+    batch = [row for row in example_rows() for _ in range(G)]
+    output = trainer._generate_and_score_completions(batch)
+    before = np.array(list(trainer._logs["advantages"]))
+    after = output["advantages"].numpy()
+    step = trainer.gagar_step
+    assert step is not None and step.outcomes == ["graded"] * 8
+    # The weights are the real heuristic grader's ranking of each group's candidates.
+    (example,) = load_group_file(EXAMPLE_GROUP)
+    ids = [t for prompt in CANDIDATES for t in CANDIDATES[prompt]]
+    for g, prompt in enumerate(CANDIDATES):
+        sub = example.model_copy(update={"trajectories": [example.trajectory(t) for t in CANDIDATES[prompt]]})
+        expected = grade_group_sync(sub, HeuristicGrader()).weights
+        for k, t in enumerate(CANDIDATES[prompt]):
+            assert step.weights[g * G + k] == expected.get(t, 1.0)
+    at = {t: i for i, t in enumerate(ids) if i < 4}
+    assert after[at["clean"]] > after[at["leftover-script"]] > after[at["edits-tests"]]
+    assert before[at["clean"]] == before[at["leftover-script"]] == before[at["edits-tests"]]
+    failing = [i for i, t in enumerate(ids) if t in ("wrong-value", "gave-up")]
+    np.testing.assert_array_equal(after[failing], before[failing])
+    # Token preservation: the token-weighted advantage sum of each group's passing completions is kept.
+    lengths = output["completion_mask"].sum(1).numpy()
+    for g in range(2):
+        rows = [i for i in range(g * G, (g + 1) * G) if i not in failing]
+        assert (after[rows] * lengths[rows]).sum() == pytest.approx((before[rows] * lengths[rows]).sum())
+    assert trainer._metrics["train"]["gagar/graded"] == [1.0]
+    assert trainer._metrics["train"]["gagar/waited"][0] < 60
+    print("advantages before", np.round(before, 4).tolist(), "after", np.round(after, 4).tolist())
+    trainer.train()  # and a whole training step runs, grading inside it
+    grader.close()
+
+
+def test_trainer_needs_exactly_one_source_of_weights(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="exactly one of grader or weights_fn"):
+        tiny_trainer(tmp_path, weights_fn=None)
+
+
+def test_real_trainer_waits_no_longer_than_the_deadline(tmp_path: Path) -> None:
+    import time
+
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations.batch import BatchGrader
+    from grader.integrations.rows import RowMapping
+
+    class Slow(HeuristicGrader):
+        def grade(self, view):  # type: ignore[no-untyped-def]
+            time.sleep(5)
+            return super().grade(view)
+
+    grader = BatchGrader(Slow(), RowMapping(patch=lambda row: row["patches"][int(row["trajectory_id"])]))
+    trainer = tiny_trainer(
+        tmp_path, reward=candidate_passes, dataset_rows=example_rows(), grader=grader, deadline=0.5
+    )
+    trainer.model.train()
+    started = time.monotonic()
+    output = trainer._generate_and_score_completions([row for row in example_rows() for _ in range(G)])
+    assert time.monotonic() - started < 4  # the step did not wait for the 5 s grading
+    trls_own = torch.tensor(list(trainer._logs["advantages"]), dtype=output["advantages"].dtype)
+    assert torch.equal(output["advantages"], trls_own)  # late groups keep TRL's advantages
+    assert trainer._metrics["train"]["gagar/late"] == [1.0]
+    assert 0.5 <= trainer._metrics["train"]["gagar/waited"][0] < 1.0

@@ -125,3 +125,83 @@ def test_pass_flag_reward_and_mixed_rows_match_dapo_filter() -> None:
     dapo_keep = {u: np.std([a for v, a in zip(UIDS, SCORES, strict=True) if v == u]) != 0 for u in set(UIDS)}
     assert keep.tolist() == [dapo_keep[u] for u in UIDS]
     assert len(data.select_idxs(keep)) == int(keep.sum())
+
+
+# ------------------------------------------------------------------------------------------
+# Grading inside verl's step: submit after extract_reward, collect in compute_advantage
+# ------------------------------------------------------------------------------------------
+
+
+def generated_batch(group_ids: list[str], patches: list[str], scores: list[float], task: dict) -> DataProto:
+    """A batch at the reward step, with response lengths that vary from row to row."""
+    from grader.testing import verl_reward_batch
+
+    lengths = [2 + (3 * i) % (RESPONSE_LENGTH - 1) for i in range(len(scores))]
+    return verl_reward_batch(group_ids, patches, scores, lengths, task, RESPONSE_LENGTH)
+
+
+def test_grading_overlaps_verls_log_probs_and_lands_in_its_advantages_and_metrics() -> None:
+    from grader.formats import load_group_file
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations.batch import BatchGrader
+    from grader.pipeline import grade_group_sync
+    from tests.conftest import EXAMPLE_GROUP
+
+    (example,) = load_group_file(EXAMPLE_GROUP)
+    ts = example.trajectories
+    task = {"repo": example.task.repo, "base_commit": example.task.base_commit, "statement": "s"}
+    uids = ["graded"] * len(ts) + ["all-fail"] * 3
+    patches = [t.patch for t in ts] + ["", "", ""]
+    scores = [float(bool(t.passed)) for t in ts] + [0.0] * 3
+    grader = BatchGrader(HeuristicGrader(), gagar_verl.VERL_MAPPING)
+    steps: list = []
+    uninstall = gagar_verl.install_grader(grader, deadline=60, on_step=steps.append)
+    try:
+        batch = generated_batch(uids, patches, scores, task)
+        # The order fit() calls them in: reward, then old log-probs (grading runs meanwhile), then advantages.
+        reward_tensor, extras = ray_trainer.extract_reward(batch)
+        assert set(extras) == {"patch", "acc"}
+        validation = generated_batch(uids, patches, scores, task)
+        validation.meta_info["validate"] = True  # as verl's _validate marks its batches
+        ray_trainer.extract_reward(validation)
+        assert "gagar_trajectory" not in validation.non_tensor_batch  # not submitted
+        old = DataProto.from_dict(tensors={"old_log_probs": torch.zeros(len(scores), RESPONSE_LENGTH)})
+        batch = batch.union(old)
+        batch.reorder(torch.tensor(list(reversed(range(len(scores))))))  # rows may move; ids travel along
+        batch.batch["token_level_scores"] = batch.batch["rm_scores"]
+        batch.batch["token_level_rewards"] = batch.batch["rm_scores"]
+        base = ray_trainer.compute_advantage.__gagar_original__(
+            DataProto.from_dict(
+                tensors={k: batch.batch[k].clone() for k in ("response_mask", "token_level_rewards")},
+                non_tensors={"uid": batch.non_tensor_batch["uid"]},
+            ),
+            adv_estimator="grpo",
+        ).batch["advantages"]
+        batch = ray_trainer.compute_advantage(batch, adv_estimator="grpo", num_repeat=1)
+        metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
+    finally:
+        uninstall()
+    assert ray_trainer.extract_reward.__module__ == "verl.trainer.ppo.reward"
+    (step,) = steps
+    # The heuristic grader's weights for the example, row by row (rows were reversed after submission).
+    named = grade_group_sync(example, HeuristicGrader()).weights
+    submitted = list(reversed(range(len(scores))))
+    assert step.weights.tolist() == [named.get(ts[i].id, 1.0) if i < len(ts) else 1.0 for i in submitted]
+    mask = batch.batch["response_mask"].numpy()
+    passed = batch.batch["token_level_scores"].sum(-1).numpy() >= 1
+    expected, _ = redistribute_batch(
+        base.numpy(), batch.non_tensor_batch["uid"], passed, step.weights, mask, preserve="token"
+    )
+    np.testing.assert_allclose(batch.batch["advantages"].numpy(), expected, rtol=1e-6)
+    assert not np.allclose(expected, base.numpy())
+    assert "gagar_trajectory" not in batch.non_tensor_batch
+    assert metrics["gagar/graded"] == metrics["gagar/skipped"] == 0.5
+    assert "critic/advantages/mean" in metrics  # verl's own metrics are still there
+    grader.close()
+
+
+def test_preserve_follows_verls_loss_aggregation() -> None:
+    assert gagar_verl.preserve_for_loss_agg_mode("token-mean") == "token"
+    assert gagar_verl.preserve_for_loss_agg_mode("seq-mean-token-mean") == "sequence"
+    with pytest.raises(ValueError, match="unknown verl loss_agg_mode"):
+        gagar_verl.preserve_for_loss_agg_mode("mean")

@@ -100,3 +100,31 @@ def test_cli_grades_through_ray(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "results.jsonl").read_text())
     assert result["status"] == "graded" and result["ranking"][0] == ["clean", "clean-respaced"]
+
+
+def trainer_rows(group: Group) -> list[dict[str, object]]:
+    """A trainer's rows for `group`, with the default row mapping's field names."""
+    task = {"repo": group.task.repo, "base_commit": group.task.base_commit}
+    return [
+        {"group_id": group.group_id, "trajectory_id": t.id, "passed": t.passed, "patch": t.patch, **task}
+        for t in group.trajectories
+    ]
+
+
+def test_batch_grader_through_ray_a_dead_actor_costs_its_group_only() -> None:
+    from grader.integrations.batch import BatchGrader
+
+    remote = RayGrader(grader_factory=lambda: Misbehaving(die="b", slow="slow"), actors=2, retries=0)
+    batch = BatchGrader(ray_grader=remote)
+    rows = [row for group in copies("a", "b", "slow") for row in trainer_rows(group)]
+    assert batch.submit(rows) == 3
+    start = time.monotonic()
+    step = batch.weights(rows, deadline=6.0)
+    assert time.monotonic() - start < 9
+    outcome = {row["group_id"]: o for row, o in zip(rows, step.outcomes, strict=True)}
+    assert outcome == {"a": "graded", "b": "failed", "slow": "late"}
+    assert step.group_reasons["b"].startswith("failed: actor died while grading (1 attempts)")
+    assert step.metrics["gagar/failed/actor_died"] == pytest.approx(1 / 3)
+    weights = {(r["group_id"], r["trajectory_id"]): w for r, w in zip(rows, step.weights, strict=True)}
+    assert weights[("a", "edits-tests")] < 1.0 == weights[("b", "edits-tests")] == weights[("slow", "clean")]
+    remote.shutdown()

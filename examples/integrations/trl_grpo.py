@@ -1,70 +1,60 @@
-"""TRL: GagarGRPOTrainer on a tiny random model, one generation step on the CPU.
+"""TRL: GagarGRPOTrainer given a grader and a task mapping, one generation step on the CPU.
 
-Two prompts x num_generations=4 completions; a stand-in test reward (a fixed pass pattern, so both groups
-are mixed) and a weights function that ranks the passing completions of each group by the length of their
-text, shortest first. Prints TRL's own advantages (its logged column) and the redistributed ones the loss
-will see. Run: python examples/integrations/trl_grpo.py (needs trl and torch; nothing is downloaded: the
-model and tokenizer are built in memory).
+Two prompts x num_generations=4 completions from a tiny random model (built in memory, nothing downloaded).
+The model cannot write patches, so completion k of a prompt stands for candidate k of the bundled example
+(examples/inventory_group.json) that the dataset row lists, with its test outcome as the reward (a stand-in
+for running the tests). The real heuristic grader ranks each group's passing patches during the step; the
+trainer prints TRL's own advantages (its logged column) and the redistributed ones the loss will see, and
+the grader's metrics. Run: python examples/integrations/trl_grpo.py (needs trl and torch).
 """
 
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 from datasets import Dataset
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
+from grader.formats import load_group_file
+from grader.graders.heuristic import HeuristicGrader
+from grader.integrations.batch import BatchGrader
+from grader.integrations.rows import RowMapping
 from grader.integrations.trl import GagarGRPOTrainer
-from grader.redistribute import rank_to_weights
+from grader.testing import tiny_llama
 
-PASS_PATTERN = [1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
-
-
-def passes_tests(completions: list[Any], **kwargs: Any) -> list[float]:
-    return PASS_PATTERN[: len(completions)]
-
-
-seen_completions: list[str] = []
-
-
-def shortest_first(group_ids: np.ndarray, passed: np.ndarray, batch: dict[str, list[Any]]) -> np.ndarray:
-    """A toy grader over the gathered batch: within each group, shorter passing completions rank higher."""
-    seen_completions[:] = batch["completions"]
-    weights = np.ones(len(passed))
-    for group in np.unique(group_ids):
-        rows = [i for i in np.flatnonzero(group_ids == group) if passed[i]]
-        ranking = [[str(i)] for i in sorted(rows, key=lambda i: (len(batch["completions"][i]), i))]
-        for trajectory, weight in rank_to_weights(ranking).items():
-            weights[int(trajectory)] = weight
-    return weights
+G = 4
+(example,) = load_group_file(Path(__file__).resolve().parents[1] / "inventory_group.json")
+candidates = {
+    "fix the bug in stock py": ["clean", "edits-tests", "wrong-value", "leftover-script"],
+    "return the total": ["reformats-report", "clean-respaced", "gave-up", "wrong-value"],
+}
+# One dataset row per prompt: the task (repo, base commit, statement) and what each completion stands for.
+dataset_rows = [
+    {
+        "prompt": prompt,
+        "patches": [example.trajectory(t).patch for t in ids],
+        "passes": [float(bool(example.trajectory(t).passed)) for t in ids],
+        "repo": example.task.repo,
+        "base_commit": example.task.base_commit,
+        "statement": example.task.statement,
+    }
+    for prompt, ids in candidates.items()
+]
 
 
+def passes_tests(completions: list[Any], passes: list[list[float]], **kwargs: Any) -> list[float]:
+    """Completion k of a group passed iff its candidate did (TRL keeps a prompt's completions together)."""
+    return [passes[i][i % G] for i in range(len(completions))]
+
+
+# Where the grader finds each row's patch: the candidate the completion stands for. The task fields (repo,
+# base_commit, statement) are dataset columns, read by the default mapping's names.
+mapping = RowMapping(patch=lambda row: row["patches"][int(row["trajectory_id"])])
+grader = BatchGrader(HeuristicGrader(), mapping, workers=2)
 words = ["[PAD]", "[UNK]", "[EOS]", "fix", "the", "bug", "in", "stock", "py", "return", "total"]
-backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-backend.pre_tokenizer = Whitespace()
-tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]")
-torch.manual_seed(0)
-model = LlamaForCausalLM(
-    LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=None,
-    )
-)
-prompts = ["fix the bug in stock py", "return the total"]
+model, tokenizer = tiny_llama(words)
 with tempfile.TemporaryDirectory() as out:
     trainer = GagarGRPOTrainer(
         model=model,
@@ -72,24 +62,31 @@ with tempfile.TemporaryDirectory() as out:
         args=GRPOConfig(
             output_dir=out,
             per_device_train_batch_size=8,
-            num_generations=4,
+            num_generations=G,
             max_completion_length=6,
             report_to="none",
             use_cpu=True,
             save_strategy="no",
         ),
-        train_dataset=Dataset.from_list([{"prompt": p} for p in prompts] * 4),
+        train_dataset=Dataset.from_list(dataset_rows * 4),
         processing_class=tokenizer,
-        weights_fn=shortest_first,
+        grader=grader,
+        deadline=60.0,
     )
     trainer.model.train()
-    output = trainer._generate_and_score_completions([{"prompt": p} for p in prompts for _ in range(4)])
+    output = trainer._generate_and_score_completions([row for row in dataset_rows for _ in range(G)])
     before = list(trainer._logs["advantages"])
     after = output["advantages"].tolist()
-    print(f"advantages: shape {tuple(output['advantages'].shape)} (per-process batch), num_generations=4")
-    print("sample group passed text_length  before   after")
-    for i in range(8):
-        passed = PASS_PATTERN[i] >= 1
-        length = len(seen_completions[i])
-        print(f"{i:6} {i // 4:5} {passed!s:6} {length:11}  {before[i]:+.4f} {after[i]:+.4f}")
-    print("groups left unchanged:", trainer.gagar_unchanged)
+    step = trainer.gagar_step
+    assert step is not None
+    lengths = output["completion_mask"].sum(1).tolist()
+    print(f"preserve={trainer.gagar_preserve} (loss_type={trainer.loss_type}); advantages per completion:")
+    print("sample group candidate         tokens weight  before   after")
+    for i in range(2 * G):
+        candidate = list(candidates.values())[i // G][i % G]
+        print(
+            f"{i:6} {i // G:5} {candidate:17} {lengths[i]:6} {step.weights[i]:6.3f}  "
+            f"{before[i]:+.4f} {after[i]:+.4f}"
+        )
+    print("metrics:", {k: round(v, 3) for k, v in step.metrics.items()})
+grader.close()

@@ -1,72 +1,67 @@
-"""verl: GRPO advantages from verl's own compute_advantage, redistributed by gagar weights.
+"""verl: grading inside the training step, overlapping verl's log-prob computation.
 
-A batch as verl's reward step leaves it: 2 prompts (uid) x 4 responses, response_length 8, the test reward
-on each response's last token. Weights come from finished gagar results (results.jsonl), looked up by
-(uid, trajectory id). Run: python examples/integrations/verl_grpo.py (needs verl and torch).
+`install_grader` wraps three functions of verl's RayPPOTrainer step: the reward step (`extract_reward`)
+submits the batch to a background grader, verl then computes its log-probs while the group is graded, and
+`compute_advantage` collects the weights (waiting at most the deadline) and redistributes verl's own GRPO
+advantages; `compute_data_metrics` adds the grader's `gagar/...` metrics to verl's metrics dict. Here the
+batch is the bundled example group (examples/inventory_group.json) as the reward step leaves it: the task
+in each dataset row's `extra_info`, the patch and pass flag returned by the reward function. The log-prob
+step is stood in by a 1 s sleep (no model here). Run: python examples/integrations/verl_grpo.py (needs verl).
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-from verl import DataProto
+import time
+from pathlib import Path
+
 from verl.trainer.ppo import ray_trainer
 
-from grader.integrations import weights_from_results
-from grader.integrations.verl import install
-from grader.models import GroupResult
+from grader.formats import load_group_file
+from grader.graders.heuristic import HeuristicGrader
+from grader.integrations.batch import BatchGrader
+from grader.integrations.verl import VERL_MAPPING, install_grader
+from grader.testing import verl_reward_batch
 
-RESPONSE_LENGTH = 8
-uids = np.array(["task-1"] * 4 + ["task-2"] * 4, dtype=object)
-trajectory_ids = ["t0", "t1", "t2", "t3"] * 2
-scores = [1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]
-lengths = [8, 5, 7, 3, 6, 8, 2, 4]
+(example,) = load_group_file(Path(__file__).resolve().parents[1] / "inventory_group.json")
+trajectories = example.trajectories
+lengths = [12, 5, 9, 3, 7, 11, 2][: len(trajectories)]
+task = {
+    "repo": example.task.repo,
+    "base_commit": example.task.base_commit,
+    "statement": example.task.statement,
+}
+# The batch as verl's reward step leaves it: the task in extra_info, the patch and pass flag (acc) returned
+# by the reward function, the score on each response's last token.
+batch = verl_reward_batch(
+    group_ids=["prompt-0"] * len(trajectories),
+    patches=[t.patch for t in trajectories],
+    scores=[float(bool(t.passed)) for t in trajectories],
+    lengths=lengths,
+    task=task,
+    response_length=12,
+)
 
-mask = torch.zeros(8, RESPONSE_LENGTH)
-token_scores = torch.zeros(8, RESPONSE_LENGTH)
-for row, (score, length) in enumerate(zip(scores, lengths, strict=True)):
-    mask[row, :length] = 1
-    token_scores[row, length - 1] = score
+grader = BatchGrader(HeuristicGrader(), VERL_MAPPING)
+uninstall = install_grader(grader, deadline=30.0)  # preserve="token": verl's default loss is token-mean
+try:
+    reward_tensor, _ = ray_trainer.extract_reward(batch)  # submits: grading starts in the background
+    time.sleep(1.0)  # verl computes old and reference log-probs here
+    batch.batch["token_level_scores"] = reward_tensor
+    batch.batch["token_level_rewards"] = reward_tensor
+    before = ray_trainer.compute_advantage.__gagar_original__(batch, adv_estimator="grpo").batch["advantages"]
+    before = before.clone()
+    batch = ray_trainer.compute_advantage(batch, adv_estimator="grpo")  # collects and redistributes
+    metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
+finally:
+    uninstall()
+    grader.close()
 
-
-def batch() -> DataProto:
-    return DataProto.from_dict(
-        tensors={
-            "response_mask": mask,
-            "token_level_scores": token_scores,
-            "token_level_rewards": token_scores.clone(),
-        },
-        non_tensors={"uid": uids, "trajectory_id": np.array(trajectory_ids, dtype=object)},
-    )
-
-
-# What `gagar grade` wrote for these groups: task-1 graded (t1 ranked below t0 and t3), task-2 too.
-results = [
-    GroupResult(
-        group_id="task-1", status="graded", grader="heuristic", weights={"t0": 1.0, "t3": 1.0, "t1": 0.5}
-    ),
-    GroupResult(group_id="task-2", status="graded", grader="heuristic", weights={"t0": 1.0, "t3": 0.5}),
-]
-
-
-def weights_fn(group_ids: np.ndarray, passed: np.ndarray, data: DataProto) -> np.ndarray:
-    return weights_from_results(
-        results, list(data.non_tensor_batch["trajectory_id"]), group_ids=list(group_ids)
-    )
-
-
-before = ray_trainer.compute_advantage(batch(), adv_estimator="grpo").batch["advantages"]
-uninstall = install(weights_fn)
-after = ray_trainer.compute_advantage(batch(), adv_estimator="grpo").batch["advantages"]
-uninstall()
-
-print(f"advantages: shape {tuple(after.shape)} {after.dtype} (bs, response_length)")
-print("uid      traj  passed  before   after    (first response token)")
-for row in range(8):
+after = batch.batch["advantages"]
+print(f"advantages: shape {tuple(after.shape)} (bs, response_length); first response token:")
+print("trajectory        passed tokens  before   after")
+for row, t in enumerate(trajectories):
     print(
-        f"{uids[row]:8} {trajectory_ids[row]:5} {scores[row] >= 1!s:7} "
-        f"{before[row, 0].item():+.4f}  {after[row, 0].item():+.4f}"
+        f"{t.id:17} {bool(t.passed)!s:6} {lengths[row]:6}  "
+        f"{before[row, 0].item():+.4f} {after[row, 0].item():+.4f}"
     )
-for uid in ("task-1", "task-2"):
-    rows = [i for i in range(8) if uids[i] == uid and scores[i] >= 1]
-    print(f"{uid}: passing sum {before[rows, 0].sum().item():.4f} -> {after[rows, 0].sum().item():.4f}")
+print("gagar metrics in verl's dict:", {k: round(v, 3) for k, v in metrics.items() if k.startswith("gagar/")})

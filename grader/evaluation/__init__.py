@@ -1,6 +1,7 @@
 """Evaluating graders: metrics against reference rankings, degraded variants as labelled data, permutation
 consistency, and a consensus grader that trusts itself only as far as its gradings agree."""
 
+from grader.evaluation.benchmark import Benchmark, BenchmarkError, find_benchmark, load_benchmark
 from grader.evaluation.consensus import ConsensusGrader, agreement_factor
 from grader.evaluation.degrade import (
     KINDS,
@@ -24,6 +25,8 @@ from grader.redistribute import shrink_weights
 
 __all__ = [
     "KINDS",
+    "Benchmark",
+    "BenchmarkError",
     "SEVERITY",
     "ConsensusGrader",
     "Degradation",
@@ -37,6 +40,8 @@ __all__ = [
     "degrade_file",
     "degrade_group",
     "evaluate",
+    "find_benchmark",
+    "load_benchmark",
     "load_reference",
     "shrink_weights",
     "write_degradations",

@@ -18,14 +18,17 @@ from rich.table import Table
 
 from grader.cache import CachedGrader
 from grader.cli_options import GradingArguments, add_grading_arguments, grading_from_args
+from grader.errors import InputFileError
 from grader.evaluation import degrade as degrading
 from grader.evaluation import harness
+from grader.evaluation.benchmark import SPLITS, Benchmark, bundle_base_tree, load_benchmark
 from grader.evaluation.consensus import ConsensusGrader
-from grader.formats import check_inputs, load_groups
+from grader.formats import LoadError, check_inputs, load_groups
 from grader.graders import get_grader
 from grader.graders.base import Grader
 from grader.models import Group
 from grader.pipeline import write_results
+from grader.references import Reference, load_references, write_references
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:
@@ -51,12 +54,31 @@ def _grader(args: argparse.Namespace, make_grader: harness.GraderFactory) -> Gra
     return CachedGrader(grader, args.cache) if args.cache else grader
 
 
+def _eval_inputs(
+    args: argparse.Namespace,
+) -> tuple[list[Group | LoadError], dict[str, Reference], Benchmark | None]:
+    """The groups to grade and their references: from a benchmark (one split or all), or from files."""
+    if (args.reference is None) == (args.bench is None):
+        raise InputFileError("give either --reference FILE (with group files) or --bench NAME")
+    if args.bench is not None:
+        if args.inputs:
+            raise InputFileError("--bench brings its own groups: give no group files")
+        bench = load_benchmark(args.bench)
+        ids = bench.group_ids(args.split)
+        return [bench.groups[gid] for gid in ids], {gid: bench.references[gid] for gid in ids}, bench
+    if args.split is not None:
+        raise InputFileError("--split needs --bench")
+    if not args.inputs:
+        raise InputFileError("give the group files to grade against --reference")
+    inputs = check_inputs(args.inputs)
+    references = load_references(args.reference)
+    return load_groups(inputs, pass_threshold=args.pass_threshold), references, None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     console = Console()
-    inputs = check_inputs(args.inputs)
+    items, references, bench = _eval_inputs(args)
     grading = grading_from_args(args, transcript_dir=args.out / "transcripts")
-    references = harness.load_reference(args.reference)
-    items = load_groups(inputs, pass_threshold=args.pass_threshold)
     make_grader = grader_factory(args, grading)
     options = grading.options
     evaluation, results = harness.evaluate(
@@ -64,8 +86,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     args.out.mkdir(parents=True, exist_ok=True)
     write_results(results, args.out)
-    report = {"consensus": args.consensus, **evaluation.as_dict()}
+    report: dict[str, Any] = {"consensus": args.consensus, **evaluation.as_dict()}
+    report["overall"]["interval"] = evaluation.interval(args.bootstrap) if args.bootstrap else None
+    if bench is not None:
+        agreement = bench.agreement()
+        report["bench"] = {
+            "name": bench.name,
+            "root": str(bench.root),
+            "split": args.split or "all",
+            "label_agreement": {"pairs": agreement.pairs, "agreed": agreement.agreed, "rate": agreement.rate},
+        }
+        example = bench.manifest.get("example")
+        console.print(
+            f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups; double labels "
+            f"agreed on {agreement.agreed}/{agreement.pairs} pairs"
+            + (" (a format example: its figures say nothing about real code)" if example else ""),
+            highlight=False,
+        )
     console.print(score_table(evaluation))
+    console.print(coverage_line(report["overall"]), highlight=False)
+    categories = evaluation.by_category(resamples=args.bootstrap)
+    if categories:
+        report["by_category"] = categories
+        console.print(category_table(categories))
     kinds = evaluation.by_kind()
     if kinds:
         console.print(kind_table(kinds))
@@ -83,6 +126,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
     console.print(f"-> {args.out / 'eval.json'}, {args.out / 'results.jsonl'}", highlight=False)
     failed = evaluation.overall()["failed"]
     return 1 if failed or evaluation.missing else 0
+
+
+def _interval(interval: tuple[float, float] | None) -> str:
+    return "-" if interval is None else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
+
+
+def coverage_line(overall: dict[str, Any]) -> str:
+    """One line: pairs scored of the pairs the references define, and the overall accuracy's interval."""
+    line = (
+        f"coverage {overall['scored_pairs']}/{overall['reference_pairs']} reference pairs "
+        f"({_fmt(overall['coverage'])}): both candidates graded"
+    )
+    if overall.get("interval") is not None:
+        line += (
+            f"; pairwise {_fmt(overall['pairwise_accuracy'])}, bootstrap 95% {_interval(overall['interval'])}"
+        )
+    elif overall["graded"] < 2:
+        line += "; one group graded: no interval"
+    return line
+
+
+def category_table(categories: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title="by category of the reference's pairs", show_edge=False, pad_edge=False)
+    for column in ("category", "groups", "pairs", "pairwise", "95% interval"):
+        table.add_column(column, justify="left" if column == "category" else "right")
+    for name, figures in categories.items():
+        table.add_row(
+            name,
+            str(figures["groups"]),
+            str(figures["scored_pairs"]),
+            _fmt(figures["pairwise_accuracy"]),
+            _interval(figures.get("interval")),
+        )
+    return table
 
 
 def score_table(evaluation: harness.Evaluation) -> Table:
@@ -155,6 +232,112 @@ def consistency_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+def cmd_bench_check(args: argparse.Namespace) -> int:
+    """`gagar bench check`: validate a benchmark, show its counts and label agreement, run its probes."""
+    from grader.evaluation.probes import run_probes
+
+    console = Console()
+    bench = load_benchmark(args.bench)
+    counts = bench.counts()
+    console.print(
+        f"benchmark {bench.name} ({bench.root}): {len(bench.groups)} groups, "
+        f"{len(set(bench.instances.values()))} instances; dev {len(bench.group_ids('dev'))} groups, "
+        f"test {len(bench.group_ids('test'))}"
+        + (" [format example]" if bench.manifest.get("example") else ""),
+        highlight=False,
+    )
+    table = Table(title="reference pairs", show_edge=False, pad_edge=False)
+    for column in ("by", "value", "pairs"):
+        table.add_column(column, justify="right" if column == "pairs" else "left")
+    for by in ("repository", "category", "kind", "split"):
+        for value, number in sorted(counts[by].items()):
+            table.add_row(by, value, str(number))
+    console.print(table)
+    agreement = bench.agreement()
+    console.print(
+        f"double labels: {agreement.agreed}/{agreement.pairs} pairs agreed ({_fmt(agreement.rate)}); "
+        f"left out: {', '.join(f'{g}: {a} / {b}' for g, a, b in agreement.disagreed) or 'none'}",
+        highlight=False,
+    )
+    report: dict[str, Any] = {
+        "name": bench.name,
+        "counts": {by: dict(counter) for by, counter in counts.items()},
+        "label_agreement": {"pairs": agreement.pairs, "agreed": agreement.agreed, "rate": agreement.rate},
+    }
+    holds = True
+    if not args.no_probes and bench.probes:
+        results = run_probes(bench, backend=args.backend)
+        probes = Table(title=f"probes ({args.backend} sandbox)", show_edge=False, pad_edge=False)
+        for column in ("group", "better > worse", "probe", "holds", "result"):
+            probes.add_column(column)
+        for r in results:
+            probes.add_row(
+                r.probe.group_id,
+                f"{r.probe.better} > {r.probe.worse}",
+                r.probe.script.name,
+                "yes" if r.holds else "NO",
+                r.summary(),
+            )
+        console.print(probes)
+        holds = all(r.holds for r in results)
+        report["probes"] = [
+            {
+                "group_id": r.probe.group_id,
+                "better": r.probe.better,
+                "worse": r.probe.worse,
+                "script": str(r.probe.script.relative_to(bench.root)),
+                "holds": r.holds,
+                "result": r.summary(),
+                "better_output": r.better.to_dict() if r.better else None,
+                "worse_output": r.worse.to_dict() if r.worse else None,
+            }
+            for r in results
+        ]
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "check.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        console.print(f"-> {args.out / 'check.json'}", highlight=False)
+    return 0 if holds else 1
+
+
+def cmd_bench_bundle(args: argparse.Namespace) -> int:
+    """`gagar bench bundle`: a base tree as a single-root-commit bundle, and its provenance record."""
+    record = bundle_base_tree(args.source, args.commit, args.out, args.repository)
+    print(json.dumps({str(args.out): record}, indent=2))
+    return 0
+
+
+def cmd_reference_consensus(args: argparse.Namespace) -> int:
+    """`gagar reference consensus`: grade each group K times under other label orders, keep agreed pairs.
+
+    Raises:
+        InputFileError: a group id appears more than once in the inputs.
+    """
+    console = Console()
+    items = load_groups(check_inputs(args.inputs), pass_threshold=args.pass_threshold)
+    ids = [item.group_id for item in items if isinstance(item, Group)]
+    twice = sorted({gid for gid in ids if ids.count(gid) > 1})
+    if twice:
+        raise InputFileError(f"group ids appear more than once in the inputs: {', '.join(twice)}")
+    grading = grading_from_args(args)
+    groups = harness.consistency(items, grader_factory(args, grading), args.k, grading.options)
+    references = harness.consensus_references(groups, args.threshold)
+    write_references(references, args.out)
+    for g in groups:
+        kept = len(references[g.group_id].preferences) if g.group_id in references else 0
+        failed = f", {len(g.failures)} failed" if g.failures else ""
+        console.print(
+            f"{g.group_id}: {len(g.rankings)}/{g.k} gradings{failed}, "
+            f"agreement {_fmt(g.agreement, signed=True)}, {kept} pairs agreed by at least {args.threshold:g}",
+            highlight=False,
+        )
+    for item in items:
+        if isinstance(item, LoadError):
+            console.print(f"[yellow]{item}[/]", highlight=False)
+    console.print(f"-> {args.out}", highlight=False)
+    return 0 if len(references) == len(groups) and all(isinstance(i, Group) for i in items) else 1
+
+
 def cmd_degrade(args: argparse.Namespace) -> int:
     console = Console()
     degradations = degrading.degrade_file(args.group_file, args.clean, args.kinds)
@@ -178,16 +361,33 @@ def cmd_degrade(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add the `eval` and `degrade` commands to the top-level parser's subparsers."""
     evaluate = subparsers.add_parser(
-        "eval", help="score a grader's rankings against reference rankings, and its consistency"
+        "eval", help="score a grader against references or a benchmark, and its consistency"
     )
     evaluate.add_argument(
-        "inputs", nargs="+", type=Path, help="group files (JSON object, JSON array or JSONL)"
+        "inputs",
+        nargs="*",
+        type=Path,
+        help="group files (JSON object, JSON array or JSONL); not with --bench",
     )
     evaluate.add_argument(
         "--reference",
-        required=True,
         type=Path,
-        help="JSON object: group id -> ranking (lists of ids, best first)",
+        help="a reference file of any kind (docs/benchmark.md): group id -> ranking, or pairwise "
+        "preferences, degrade or consensus references, as a JSON object or JSONL",
+    )
+    evaluate.add_argument(
+        "--bench",
+        metavar="NAME_OR_PATH",
+        help="a benchmark folder, or a name looked up in $GAGAR_BENCHMARKS, ./benchmarks, the repository's "
+        "benchmarks/ and ../shared/benchmarks",
+    )
+    evaluate.add_argument("--split", choices=SPLITS, help="only this split of the benchmark (default: all)")
+    evaluate.add_argument(
+        "--bootstrap",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="resamples of groups for the 95%% intervals (0: none)",
     )
     evaluate.add_argument(
         "--out", required=True, type=Path, help="run directory; eval.json and results.jsonl are written there"
@@ -205,6 +405,43 @@ def register(subparsers: Any) -> None:
     )
     add_grading_arguments(evaluate)
     evaluate.set_defaults(func=cmd_eval)
+
+    bench = subparsers.add_parser("bench", help="grader benchmarks: check one (format, counts, probes)")
+    bench_commands = bench.add_subparsers(dest="bench_command", required=True)
+    check = bench_commands.add_parser(
+        "check", help="validate a benchmark, show its counts and label agreement, run every probe on its pair"
+    )
+    check.add_argument("bench", metavar="NAME_OR_PATH", help="a benchmark folder or name (see eval --bench)")
+    check.add_argument("--backend", default="docker", help="sandbox backend the probes run in")
+    check.add_argument("--no-probes", action="store_true", help="validate and count only")
+    check.add_argument("--out", type=Path, help="also write check.json there")
+    check.set_defaults(func=cmd_bench_check)
+    bundle = bench_commands.add_parser(
+        "bundle", help="write a base tree as a bundle of one root commit; print its provenance record"
+    )
+    bundle.add_argument("source", type=Path, help="a local git repository holding the base commit")
+    bundle.add_argument("commit", help="the upstream base commit")
+    bundle.add_argument("--repository", required=True, help="the upstream repository's name (owner/name)")
+    bundle.add_argument("--out", required=True, type=Path, help="the bundle to write (NAME/bundles/X.bundle)")
+    bundle.set_defaults(func=cmd_bench_bundle)
+
+    reference = subparsers.add_parser("reference", help="make references (see docs/benchmark.md)")
+    reference_commands = reference.add_subparsers(dest="reference_command", required=True)
+    consensus = reference_commands.add_parser(
+        "consensus",
+        help="grade each group K times under fresh label orders; keep the pairs enough gradings agree on",
+    )
+    consensus.add_argument("inputs", nargs="+", type=Path, help="group files")
+    consensus.add_argument("--k", type=int, default=5, help="gradings per group (seed + i, reordered)")
+    consensus.add_argument(
+        "--threshold",
+        type=float,
+        default=0.8,
+        help="least share of the K gradings that must agree, in (0.5, 1]",
+    )
+    consensus.add_argument("--out", required=True, type=Path, help="the reference file to write (JSON)")
+    add_grading_arguments(consensus)
+    consensus.set_defaults(func=cmd_reference_consensus)
 
     degrade = subparsers.add_parser(
         "degrade", help="make passing-but-worse variants of a clean trajectory, with their reference order"

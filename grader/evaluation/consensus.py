@@ -35,6 +35,9 @@ class ConsensusGrader:
 
     A grading that fails or returns an invalid ranking is left out and recorded; fewer than `quorum`
     valid rankings (default: a majority of K) fail the group.
+
+    Raises:
+        ValueError: `k` is below 1, or `quorum` is outside [1, k].
     """
 
     def __init__(self, factory: Callable[[int], Grader], k: int, quorum: int | None = None) -> None:

@@ -276,6 +276,10 @@ def degrade_group(
 
     Kinds that do not apply to this code (no test file to edit, say) are skipped with the reason. The
     group's advantages are dropped so they are recomputed GRPO-style over the enlarged group.
+
+    Raises:
+        DegradeError: a kind is unknown, `clean_id` is not in the group, or it is not a passing, non-empty
+            patch, or it does not apply at the base.
     """
     unknown = [k for k in kinds if k not in MAKERS]
     if unknown:

@@ -194,6 +194,9 @@ def insert_debug_print(source: str, changed_lines: Sequence[int]) -> Edit:
     """A `print` of a local variable at the start of the body of the function around the first changed line.
 
     Outside any function, the print goes right before the statement holding the first changed line.
+
+    Raises:
+        NotApplicable: the source does not parse, or no changed line has a statement to print before.
     """
     tree = _parse(source)
     lines = _lines(source)
@@ -257,7 +260,11 @@ def _first_local(function: FunctionNode) -> str | None:
 
 
 def swallow_exceptions(source: str, changed_lines: Sequence[int]) -> Edit:
-    """Wrap the statements holding the first run of changed lines in `try: ... except Exception: pass`."""
+    """Wrap the statements holding the first run of changed lines in `try: ... except Exception: pass`.
+
+    Raises:
+        NotApplicable: the source does not parse, or no statement spans the changed lines.
+    """
     tree = _parse(source)
     lines = _lines(source)
     if not changed_lines:
@@ -303,6 +310,10 @@ def rename_local(source: str, changed_lines: Sequence[int]) -> Edit:
 
     Parameters are never renamed (a caller may pass them by keyword). The result is checked to be the same
     program: its syntax tree equals the original's with the name replaced in that function.
+
+    Raises:
+        NotApplicable: the source does not parse, no function around a changed line has a local to rename,
+            or the renamed program would differ.
     """
     tree = _parse(source)
     seen: set[int] = set()
@@ -414,7 +425,11 @@ def _rename_in(source: str, function: FunctionNode, old: str, new: str) -> str |
 
 def comment_out_code(source: str, changed_lines: Sequence[int], old_code: Sequence[str] = ()) -> Edit:
     """Leave commented-out code above the first changed statement: the code the patch replaced, when there
-    was some (`old_code`), else a commented copy of that statement (a draft kept "just in case")."""
+    was some (`old_code`), else a commented copy of that statement (a draft kept "just in case").
+
+    Raises:
+        NotApplicable: the source does not parse, or no statement spans a changed line.
+    """
     tree = _parse(source)
     lines = _lines(source)
     for statement, at, indent in _anchors(tree, lines, sorted(changed_lines)):
@@ -436,6 +451,10 @@ def weaken_assertion(source: str, prefer: Sequence[str] = (), avoid_lines: Seque
 
     Assertions mentioning a name in `prefer` (the changed function, say) go first; lines in `avoid_lines`
     (ones the clean patch added) are left alone, so the edit is to an existing test.
+
+    Raises:
+        NotApplicable: the source does not parse, or it has no assertion in a test function outside
+            `avoid_lines`.
     """
     tree = _parse(source, "test file")
     lines = _lines(source)
@@ -488,6 +507,9 @@ def reformat(source: str) -> Edit:
     """Restyle a module without changing it: import lists expanded one name a line, quotes flipped.
 
     What a formatter run with other settings does to a file; checked to leave the syntax tree unchanged.
+
+    Raises:
+        NotApplicable: the source does not parse, there is nothing to restyle, or the result would differ.
     """
     tree = _parse(source)
     lines = _lines(source)

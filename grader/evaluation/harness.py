@@ -22,8 +22,11 @@ from grader.graders.base import Grader
 from grader.models import Group, GroupResult
 from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
 from grader.ranking import InvalidRanking, check_ranking
+from grader.references import Reference, agreement, consensus_reference, reference_from_ranking
 
 GraderFactory = Callable[[int], Grader]
+AnyReference = metrics.Ranking | Reference
+"""A reference ranking (tie groups, best first) or a `Reference` of any kind."""
 
 
 def load_reference(path: Path | str) -> dict[str, list[list[str]]]:
@@ -79,35 +82,70 @@ class GroupScore:
     tokens: int = 0
     seconds: float = 0.0
     by_kind: dict[str, tuple[float, int]] = field(default_factory=dict)  # kind -> (credit, pairs)
+    reference_pairs: int = 0  # the pairs the reference defines; scored_pairs of them were both ranked
+    by_category: dict[str, tuple[float, int]] = field(default_factory=dict)  # category -> (credit, pairs)
+
+
+def as_reference(group_id: str, reference: AnyReference) -> Reference:
+    """A `Reference` as is; a ranking as the reference of its strict pairs (InvalidReference if bad)."""
+    return reference if isinstance(reference, Reference) else reference_from_ranking(group_id, reference)
 
 
 def score_result(
-    result: GroupResult, reference: metrics.Ranking, kinds: Mapping[str, str] | None = None
+    result: GroupResult, reference: AnyReference, kinds: Mapping[str, str] | None = None
 ) -> GroupScore:
-    """Score one graded group against its reference; `kinds` maps variant ids to their degradation kind."""
+    """Score one graded group against its reference.
+
+    Pairwise figures are over the pairs the reference defines whose two ids the grader ranked; tau and
+    top-1 need a full ranking and stay None for a partial order. Categorised pairs are also scored per
+    category, and `kinds` (variant id -> degradation kind) scores the pairs involving each kind.
+
+    Args:
+        result: the graded group.
+        reference: its reference, a ranking or a `Reference` of any kind.
+        kinds: degradation kinds of `gagar degrade`'s variants.
+
+    Returns:
+        The group's figures.
+
+    Raises:
+        InvalidReference: a ranking given as the reference is malformed.
+    """
+    ref = as_reference(result.group_id, reference)
     score = GroupScore(
         group_id=result.group_id,
         status=result.status,
         reason=result.reason,
         tokens=int(result.usage.get("total_tokens", 0)),
         seconds=result.seconds,
+        reference_pairs=len(ref.preferences),
     )
     if result.status != "graded":
         return score
     ranked = {tid for tier in result.ranking for tid in tier}
-    score.unranked = [tid for tier in reference for tid in tier if tid not in ranked]
-    score.pairwise_credit, score.scored_pairs = metrics.pairwise_credit(result.ranking, reference)
+    listed = [tid for tier in ref.ranking or [] for tid in tier] or sorted(ref.ids())
+    score.unranked = [tid for tid in listed if tid not in ranked]
+    score.pairwise_credit, score.scored_pairs = agreement(result.ranking, ref)
     if score.scored_pairs:
         score.pairwise_accuracy = score.pairwise_credit / score.scored_pairs
-    score.kendall_tau = metrics.kendall_tau(result.ranking, reference)
-    score.top1_accuracy = metrics.top1_accuracy(result.ranking, reference)
-    score.inverted_pairs, pairs = metrics.inversions(result.advantages_after, reference)
-    score.inversions = score.inverted_pairs / pairs if pairs else None
+    if ref.ranking is not None:
+        score.kendall_tau = metrics.kendall_tau(result.ranking, ref.ranking)
+        score.top1_accuracy = metrics.top1_accuracy(result.ranking, ref.ranking)
+    pairs = [p.pair for p in ref.preferences]
+    score.inverted_pairs, inversion_pairs = metrics.pair_inversions(result.advantages_after, pairs)
+    score.inversions = score.inverted_pairs / inversion_pairs if inversion_pairs else None
     for kind in sorted(set((kinds or {}).values())):
         members = {tid for tid, k in (kinds or {}).items() if k == kind}
-        credit, pairs = metrics.pairwise_credit(result.ranking, reference, involving=members)
-        if pairs:
-            score.by_kind[kind] = (credit, pairs)
+        involved = [pair for pair in pairs if members & set(pair)]
+        credit, scored = metrics.credit(result.ranking, involved)
+        if scored:
+            score.by_kind[kind] = (credit, scored)
+    categories = ref.categories()
+    if set(categories) != {"uncategorised"}:
+        for name, members in categories.items():
+            credit, scored = agreement(result.ranking, ref.restricted(members))
+            if scored:
+                score.by_category[name] = (credit, scored)
     return score
 
 
@@ -126,8 +164,11 @@ class Evaluation:
         credit = sum(g.pairwise_credit for g in graded)
         inverted = sum(g.inverted_pairs for g in graded)
         inversion_pairs = sum(g.scored_pairs for g in graded if g.inversions is not None)
+        reference_pairs = sum(g.reference_pairs for g in self.groups)
         return {
             "pairwise_accuracy": credit / pairs if pairs else None,
+            "coverage": pairs / reference_pairs if reference_pairs else None,
+            "reference_pairs": reference_pairs,
             "kendall_tau": _mean(g.kendall_tau for g in graded),
             "top1_accuracy": _mean(g.top1_accuracy for g in graded),
             "inversions": inverted / inversion_pairs if inversion_pairs else None,
@@ -141,34 +182,77 @@ class Evaluation:
         }
 
     def by_kind(self) -> dict[str, dict[str, float | int | None]]:
-        totals: dict[str, list[float]] = {}
-        for g in self.groups:
-            for kind, (credit, pairs) in g.by_kind.items():
-                total = totals.setdefault(kind, [0.0, 0])
-                total[0] += credit
-                total[1] += pairs
-        return {
-            kind: {"pairwise_accuracy": credit / pairs if pairs else None, "scored_pairs": int(pairs)}
-            for kind, (credit, pairs) in sorted(totals.items())
-        }
+        """Pairwise accuracy on the pairs involving each degradation kind, pooled over groups."""
+        return _pooled(g.by_kind for g in self.groups)
+
+    def by_category(
+        self, resamples: int = 0, seed: int = 0
+    ) -> dict[str, dict[str, float | int | tuple[float, float] | None]]:
+        """Pairwise accuracy per category of the reference's pairs, pooled over groups.
+
+        Args:
+            resamples: with > 0, add a bootstrap 95% interval ("interval") from that many resamples of the
+                graded groups (`metrics.bootstrap_interval`).
+            seed: the bootstrap's seed.
+
+        Returns:
+            Category -> {"pairwise_accuracy", "scored_pairs", "groups"} (+ "interval").
+        """
+        table = _pooled(g.by_category for g in self.groups)
+        for name, figures in table.items():
+            units = [g.by_category[name] for g in self.groups if name in g.by_category]
+            figures["groups"] = len(units)
+            if resamples:
+                figures["interval"] = metrics.bootstrap_interval(units, resamples, seed)
+        return table
+
+    def interval(self, resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+        """Bootstrap 95% interval of the overall pairwise accuracy, resampling graded groups.
+
+        Args:
+            resamples: how many resamples.
+            seed: the bootstrap's seed.
+
+        Returns:
+            (low, high), or None when nothing was scored.
+        """
+        units = [(g.pairwise_credit, g.scored_pairs) for g in self.groups if g.scored_pairs]
+        return metrics.bootstrap_interval(units, resamples, seed)
 
     def as_dict(self) -> dict[str, Any]:
         groups = {}
         for g in self.groups:
             entry = asdict(g)
             entry.pop("group_id")
-            entry["by_kind"] = {
-                kind: {"pairwise_accuracy": credit / pairs, "scored_pairs": pairs}
-                for kind, (credit, pairs) in g.by_kind.items()
-            }
+            for name in ("by_kind", "by_category"):
+                entry[name] = {
+                    key: {"pairwise_accuracy": credit / pairs, "scored_pairs": pairs}
+                    for key, (credit, pairs) in getattr(g, name).items()
+                }
             groups[g.group_id] = entry
-        return {
+        report: dict[str, Any] = {
             "grader": self.grader,
             "overall": self.overall(),
             "by_kind": self.by_kind(),
-            "groups": groups,
-            "missing": self.missing,
         }
+        categories = self.by_category()
+        if categories:
+            report["by_category"] = categories
+        return {**report, "groups": groups, "missing": self.missing}
+
+
+def _pooled(tables: Iterable[Mapping[str, tuple[float, int]]]) -> dict[str, dict[str, Any]]:
+    """Sum (credit, pairs) per key over groups: key -> {"pairwise_accuracy", "scored_pairs"}."""
+    totals: dict[str, list[float]] = {}
+    for table in tables:
+        for key, (credit, pairs) in table.items():
+            total = totals.setdefault(key, [0.0, 0])
+            total[0] += credit
+            total[1] += pairs
+    return {
+        key: {"pairwise_accuracy": credit / pairs if pairs else None, "scored_pairs": int(pairs)}
+        for key, (credit, pairs) in sorted(totals.items())
+    }
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -177,7 +261,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def _with_reference(
-    items: Iterable[Group | LoadError], references: Mapping[str, metrics.Ranking]
+    items: Iterable[Group | LoadError], references: Mapping[str, AnyReference]
 ) -> tuple[list[Group | LoadError], list[str]]:
     """The items that have a reference (load errors kept, to be reported), and reference groups not found."""
     chosen = [item for item in items if isinstance(item, LoadError) or item.group_id in references]
@@ -193,12 +277,26 @@ def evaluation_options(options: GradingOptions | None = None) -> GradingOptions:
 
 def evaluate(
     items: Iterable[Group | LoadError],
-    references: Mapping[str, metrics.Ranking],
+    references: Mapping[str, AnyReference],
     grader: Grader,
     options: GradingOptions | None = None,
     workers: int = 1,
 ) -> tuple[Evaluation, list[GroupResult]]:
-    """Grade every group that has a reference and score it; returns the scores and the raw results."""
+    """Grade every group that has a reference and score it.
+
+    Args:
+        items: groups (and load errors, reported as failed groups).
+        references: group id -> reference ranking or `Reference` of any kind.
+        grader: the grader to score.
+        options: grading options (all-pass groups are graded too).
+        workers: groups graded at once.
+
+    Returns:
+        The scores and the raw results.
+
+    Raises:
+        InvalidReference: a ranking given as a reference is malformed.
+    """
     chosen, missing = _with_reference(items, references)
     results = grade_groups(chosen, grader, evaluation_options(options), workers=workers)
     kinds = {item.group_id: kinds_of(item) for item in chosen if isinstance(item, Group)}
@@ -260,7 +358,11 @@ def consistency(
     permute: bool = True,
 ) -> list[GroupConsistency]:
     """Grade each group `k` times, the i-th time with `make_grader(i)` (another seed, say) and, with
-    `permute`, the trajectories in another order. Groups that are not valid are left out."""
+    `permute`, the trajectories in another order. Groups that are not valid are left out.
+
+    Raises:
+        ValueError: `k` is below 2.
+    """
     if k < 2:
         raise ValueError("consistency needs k >= 2 gradings")
     options = evaluation_options(options)
@@ -313,4 +415,25 @@ def consistency_summary(groups: Sequence[GroupConsistency]) -> dict[str, Any]:
             }
             for g in groups
         },
+    }
+
+
+def consensus_references(groups: Sequence[GroupConsistency], threshold: float) -> dict[str, Reference]:
+    """Consensus references from K gradings per group (`consistency`): the pairs at least `threshold` of the
+    K gradings order the same way; a grading that failed counts as not agreeing.
+
+    Args:
+        groups: what `consistency` returned (each group graded K times under other label orders).
+        threshold: the least share of the K gradings that must agree, in (0.5, 1].
+
+    Returns:
+        Group id -> `consensus` reference; groups with no successful grading are left out.
+
+    Raises:
+        InvalidReference: a threshold outside (0.5, 1], or agreed pairs that form a cycle (named).
+    """
+    return {
+        g.group_id: consensus_reference(g.group_id, g.rankings, threshold, k=g.k)
+        for g in groups
+        if g.rankings
     }

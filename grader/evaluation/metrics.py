@@ -9,21 +9,13 @@ separately instead of guessing what the grader would have said.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from grader.ranking import positions
+from grader.references import credit
+
 Ranking = Sequence[Sequence[str]]
-
-
-def positions(ranking: Ranking) -> dict[str, int]:
-    """Tie-group index of each id (0 = best). Raises ValueError for an id listed twice."""
-    rank: dict[str, int] = {}
-    for index, tier in enumerate(ranking):
-        for tid in tier:
-            if tid in rank:
-                raise ValueError(f"id {tid!r} appears more than once in the ranking")
-            rank[tid] = index
-    return rank
 
 
 def scored_pairs(reference: Ranking, among: set[str] | None = None) -> list[tuple[str, str]]:
@@ -47,19 +39,12 @@ def pairwise_credit(
     The raw sums, so a batch can pool pairs across groups; `pairwise_accuracy` is their ratio. With
     `involving`, only pairs with at least one of those ids count (how well the grader places them).
     """
-    rank = positions(ranking)
-    credit = 0.0
     pairs = [
         (better, worse)
-        for better, worse in scored_pairs(reference, among=set(rank))
+        for better, worse in scored_pairs(reference)
         if involving is None or better in involving or worse in involving
     ]
-    for better, worse in pairs:
-        if rank[better] < rank[worse]:
-            credit += 1.0
-        elif rank[better] == rank[worse]:
-            credit += 0.5  # a tie is a coin flip between the two orders
-    return credit, len(pairs)
+    return credit(ranking, pairs)
 
 
 def pairwise_accuracy(ranking: Ranking, reference: Ranking) -> float | None:
@@ -107,15 +92,22 @@ def top1_accuracy(ranking: Ranking, reference: Ranking) -> float | None:
 
 
 def inversions(advantages: Mapping[str, float | None], reference: Ranking) -> tuple[int, int]:
-    """(inverted, scored pairs): pairs where the worse candidate holds more advantage than the better one.
+    """(inverted, scored pairs) over the pairs a reference ranking orders strictly; see `pair_inversions`."""
+    return pair_inversions(advantages, scored_pairs(reference))
+
+
+def pair_inversions(
+    advantages: Mapping[str, float | None], pairs: Iterable[tuple[str, str]]
+) -> tuple[int, int]:
+    """(inverted, scored pairs): (better, worse) pairs where the worse candidate holds more advantage.
 
     Counted on advantages after redistribution: that, not the ranking, is what the policy is trained on.
     Ids without a finite advantage are left out.
     """
     known = {tid for tid, value in advantages.items() if value is not None}
-    pairs = scored_pairs(reference, among=known)
-    inverted = sum(1 for better, worse in pairs if advantages[worse] > advantages[better])  # type: ignore[operator]
-    return inverted, len(pairs)
+    scored = [(better, worse) for better, worse in pairs if better in known and worse in known]
+    inverted = sum(1 for better, worse in scored if advantages[worse] > advantages[better])  # type: ignore[operator]
+    return inverted, len(scored)
 
 
 def agreement(rankings: Sequence[Ranking]) -> float | None:
@@ -188,6 +180,9 @@ def position_bias(shown: Sequence[Sequence[Sequence[str]]], rankings: Sequence[R
     (an equivalence class is shown once); `rankings[i]` is what that grading returned. A shown candidate
     ranked in a best tier shared with m shown candidates counts 1/m: the chance it is the first of a random
     tie-break. `chance` is the mean of 1/(candidates shown), what an order-blind grader scores on average.
+
+    Raises:
+        ValueError: `shown` and `rankings` differ in length.
     """
     if len(shown) != len(rankings):
         raise ValueError("one shown order per ranking")
@@ -206,3 +201,40 @@ def position_bias(shown: Sequence[Sequence[Sequence[str]]], rankings: Sequence[R
     if not counted:
         return PositionBias(0.0, 0.0, 0.0, 0)
     return PositionBias(first / counted, last / counted, chance / counted, counted)
+
+
+def bootstrap_interval(
+    units: Sequence[tuple[float, int]], resamples: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of pooled pairwise accuracy, resampling whole units (groups).
+
+    Pairs of one group share candidates, so they are not independent draws: resampling groups, not pairs,
+    keeps that dependence in the interval. With fewer than two groups there is nothing to resample and no
+    interval (None), rather than a zero-width one that would look certain.
+
+    Args:
+        units: (credit, scored pairs) per group; groups with no scored pair are ignored.
+        resamples: how many resamples.
+        seed: the generator's seed, so a report is reproducible.
+        level: the interval's coverage.
+
+    Returns:
+        (low, high), or None when fewer than two units have a scored pair.
+
+    Raises:
+        ValueError: resamples < 1 or level outside (0, 1).
+    """
+    import numpy as np
+
+    if resamples < 1 or not 0.0 < level < 1.0:
+        raise ValueError("resamples must be >= 1 and level in (0, 1)")
+    kept = [(c, n) for c, n in units if n]
+    if len(kept) < 2:
+        return None
+    credits = np.array([c for c, _ in kept], dtype=float)
+    pairs = np.array([n for _, n in kept], dtype=float)
+    draws = np.random.default_rng(seed).integers(0, len(kept), size=(resamples, len(kept)))
+    accuracy = credits[draws].sum(axis=1) / pairs[draws].sum(axis=1)
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(accuracy, [tail, 100 - tail])
+    return float(low), float(high)

@@ -2,8 +2,8 @@
 
 No model and no execution: each equivalence class of patches is scored on what a reviewer would object to in
 a fix that already passes the tests, and classes are ranked by total penalty (equal penalties tie). It sees
-hygiene and scope, never correctness: two fixes that differ only in whether they are right tie. Weights,
-per unit:
+hygiene, scope and public signatures, never correctness: two fixes that differ only in whether they are right
+tie. Weights, per unit:
 
     existing tests weakened         3.0   lines of an existing test removed or changed, a skip or xfail added,
                                           or a test file deleted: the worst way to pass the tests. Tests
@@ -13,6 +13,12 @@ per unit:
     out-of-scope file               1.0   a file no other candidate needed to touch
     formatting-only file            1.0   a file whose change is only whitespace, brackets, commas or quotes
     debug line                      2.0   print / pdb / breakpoint added where the file had none (max 3)
+    public API broken               2.0   per public function or method removed, or whose parameters change so
+                                          that a call that worked before fails (max 3; `signatures`): the
+                                          tests pass, but callers outside the repository break. When every
+                                          candidate makes the same break (the issue asks for it), all pay
+                                          alike and the ranking is unchanged. The weight is set by that
+                                          argument (a cost that ships, like a debug line), not fitted to data
     commented-out or dead code      0.5   per line (max 3)
     size                            0.5   per doubling of changed lines over the smallest candidate
 
@@ -29,6 +35,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from grader import patches
+from grader.graders import signatures
 from grader.graders.base import Grade
 from grader.ranking import expand_classes
 from grader.view import BASE, GradingView
@@ -40,12 +47,14 @@ PENALTIES = {
     "out_of_scope_files": 1.0,
     "formatting_only_files": 1.0,
     "debug_lines": 2.0,
+    "public_api_breaks": 2.0,
     "commented_code_lines": 0.5,
     "size": 0.5,
 }
 LINE_SIGNAL_CAP = 3
 FILE_SIGNALS = ("test_files_modified", "leftover_files", "out_of_scope_files", "formatting_only_files")
 LINE_SIGNALS = ("debug_lines", "swallowed_exceptions", "commented_code_lines")
+CAPPED_LIST_SIGNALS = ("public_api_breaks",)
 
 _LEFTOVER_NAME = re.compile(
     r"^(repro(duce)?|reproduction|debug|scratch|tmp|temp|test_?(fix|issue|bug|repro)|check_?fix|demo)[\w.-]*$"
@@ -83,6 +92,7 @@ _RATIONALE = (
     ("formatting_only_files", "only reformats {}"),
     ("swallowed_exceptions", "swallows exceptions ({} handler(s) that do nothing)"),
     ("debug_lines", "adds {} debug line(s)"),
+    ("public_api_breaks", "breaks public API: {}"),
     ("commented_code_lines", "adds {} commented-out or dead line(s)"),
 )
 """Signal -> how a rationale says it, in the order rationales list them."""
@@ -108,7 +118,7 @@ class HeuristicGrader:
     """Ranks classes of passing candidates by penalty; see the module docstring for the signals."""
 
     name = "heuristic"
-    version = 3  # bump when a change alters rankings, so cached grades are not reused
+    version = 4  # bump when a change alters rankings, so cached grades are not reused
 
     def fingerprint(self) -> str:
         """The name and the signal version: nothing else changes its grades."""
@@ -129,6 +139,9 @@ class HeuristicGrader:
             signals["size_ratio"] = round(max(1, sizes[c.representative]) / smallest, 3)
             penalty = sum(PENALTIES[name] * len(signals[name]) for name in FILE_SIGNALS)
             penalty += sum(PENALTIES[name] * min(LINE_SIGNAL_CAP, signals[name]) for name in LINE_SIGNALS)
+            penalty += sum(
+                PENALTIES[name] * min(LINE_SIGNAL_CAP, len(signals[name])) for name in CAPPED_LIST_SIGNALS
+            )
             penalty += PENALTIES["size"] * math.log2(signals["size_ratio"])
             signals["penalty"] = round(penalty, 6)
             scored.append((signals["penalty"], c.representative, signals))
@@ -196,6 +209,7 @@ class HeuristicGrader:
                 if p not in leftovers and not patches.is_test_path(p)
             )
         return {
+            "public_api_breaks": self._api_breaks(view, c),
             "test_files_modified": tests_modified,
             "leftover_files": leftovers,
             "out_of_scope_files": out_of_scope,
@@ -206,6 +220,31 @@ class HeuristicGrader:
             "files": sorted(c.touched),
             "changed_lines": _changed_lines(c.parsed),
         }
+
+    @staticmethod
+    def _api_breaks(view: GradingView, c: _Candidate) -> list[str]:
+        """Public functions of existing non-test modules that the candidate removes or breaks calls of."""
+        breaks = []
+        for patched_file in c.parsed:
+            path = patches.file_path(patched_file)
+            if (
+                patched_file.is_added_file
+                or patches.is_test_path(path)
+                or not signatures.is_public_module(path)
+            ):
+                continue
+            try:
+                before = view.read_file(BASE, path).decode("utf-8", "replace")
+            except FileNotFoundError:
+                continue  # renamed, or new: nothing existed there to call
+            after = None
+            if not patched_file.is_removed_file:
+                try:
+                    after = view.read_file(c.representative, path).decode("utf-8", "replace")
+                except FileNotFoundError:
+                    after = None
+            breaks.extend(f"{path}:{item}" for item in signatures.broken_signatures(before, after))
+        return breaks
 
     @staticmethod
     def _base_uses_debug(view: GradingView, path: str) -> bool:

@@ -35,6 +35,7 @@ from grader.graders.budgets import Budgets
 from grader.graders.llm_config import LLMConfig
 from grader.graders.tools import (
     SUBMIT,
+    Markers,
     Submission,
     Toolbox,
     ToolError,
@@ -140,7 +141,11 @@ class LLMGrader:
             path = Path(self.config.transcript_dir) / f"{ref_name(group_id)}.jsonl"
         transcript = Transcript(path)
         candidates = assign_labels(view, seed, self.config.show_failing)
-        toolbox = Toolbox(view, candidates, self.prompts.tools, sandbox_opener=self._sandbox_opener(view))
+        secret = self.config.secret
+        markers = Markers(f"{secret}:{group_id}:{seed}" if secret is not None else None)
+        toolbox = Toolbox(
+            view, candidates, self.prompts.tools, sandbox_opener=self._sandbox_opener(view), markers=markers
+        )
         usage = _Usage()
         flags = injections_by_trajectory(view)
         details: dict[str, Any] = {
@@ -216,7 +221,7 @@ class LLMGrader:
             choice = "required" if forcing else "auto"
             response = self._complete(messages, toolbox, native, deadline(), transcript, usage, choice)
             message = response.choices[0].message
-            calls = self._calls(message, native)
+            calls = self._calls(message, native, toolbox.markers)
             assistant: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
             if native and message.tool_calls:
                 assistant["tool_calls"] = [
@@ -291,7 +296,7 @@ class LLMGrader:
                 f"{', '.join(toolbox.candidates.contrast)}\n"
             )
         task = self.prompts.task.format(
-            statement=wrap(view.task.statement or "(no statement given)"),
+            statement=wrap(view.task.statement or "(no statement given)", toolbox.markers),
             labels=", ".join(labels),
             contrast=contrast,
             tools=", ".join(toolbox.names()),
@@ -299,12 +304,12 @@ class LLMGrader:
         return [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
     @staticmethod
-    def _calls(message: Any, native: bool) -> list[tuple[str, str, Any]]:
+    def _calls(message: Any, native: bool, markers: Markers) -> list[tuple[str, str, Any]]:
         if native and message.tool_calls:
             return [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
         parsed = _text_tool_call(message.content)
         if parsed is not None:
-            return [(f"text-{secrets.token_hex(3)}", parsed[0], parsed[1])]
+            return [(f"text-{markers()[:6]}", parsed[0], parsed[1])]
         return []
 
     @staticmethod
@@ -443,6 +448,7 @@ class LLMGrader:
             f"{c.temperature:g}",
             prompts,
             str(c.seed),
+            hashlib.sha256(c.secret.encode()).hexdigest()[:8] if c.secret is not None else "",
             str(c.sandbox),
             str(c.show_failing),
             json.dumps(asdict(c.budgets), sort_keys=True),
@@ -450,6 +456,10 @@ class LLMGrader:
         return "|".join(parts)
 
     def _seed(self, group_id: str) -> int:
+        secret = self.config.secret
+        if secret is not None:  # reproducible from the run: (secret, group, sample) -> labels and order
+            digest = hashlib.sha256(f"{secret}:{group_id}:{self.config.seed}".encode()).digest()
+            return int.from_bytes(digest[:4], "big")
         if self.config.seed is None:
             return secrets.randbits(32)
         digest = hashlib.sha256(f"{self.config.seed}:{group_id}".encode()).digest()
@@ -459,23 +469,12 @@ class LLMGrader:
         backend = self.config.sandbox
         if backend is None:
             return None
-        task = view.task
 
         def opener():
-            from grader.sandbox import open_sandbox
-            from grader.sandbox.environments import environment_for, spec_for_task
+            from grader.sandbox.environments import open_task_sandbox
 
-            image, note = task.image, ""
-            # A task's own image wins; otherwise its environment layer (built once, then reused) when it
-            # names an interpreter or a recipe. A failed build surfaces as `run is unavailable: <reason>`.
-            if image is None and backend == "docker" and (task.python or task.environment):
-                layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
-                image, note = layer.tag, layer.note
-            sandbox = open_sandbox(
-                view, backend=backend, image=image, setup=task.setup, test_command=task.test_command
-            )
-            sandbox.environment_note = note
-            return sandbox
+            # A failed environment build surfaces as `run is unavailable: <reason>`.
+            return open_task_sandbox(view, backend)
 
         return opener
 

@@ -36,5 +36,9 @@ class LLMConfig:
     """Show failing trajectories for contrast."""
     seed: int | None = None
     """Seed for labels and their order (default: random, recorded). `gagar eval` grading k uses seed + k."""
+    secret: str | None = field(default=None, metadata={"cli": None})
+    """A per-run secret (API only): labels, their order and the data markers then derive from it, the group
+    id, the seed and the call's number instead of fresh randomness, so a rerun shows the model exactly the
+    same text (`gagar distill` sets it; candidate text cannot guess markers without it)."""
     transcript_dir: Path | None = field(default=None, metadata={"cli": None})
     """Where each grading's transcript is written (the CLI uses RUN_DIR/transcripts)."""

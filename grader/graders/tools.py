@@ -7,6 +7,8 @@ capped (head and tail kept, the cut counted). The agent loop sees tools only thr
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import random
 import re
@@ -49,10 +51,57 @@ def find_injections(patch_text: str) -> list[str]:
     return hits
 
 
-def wrap(text: str) -> str:
-    """Mark text as data with a fresh random marker, so content cannot forge the end of its own wrapper."""
-    marker = secrets.token_hex(6)
+class Markers:
+    """The data markers of one grading: fresh randomness, or, given a key, a sequence derived from it.
+
+    A keyed sequence makes what a grading shows the model reproducible (the n-th marker is an HMAC of n under
+    the key), while candidate text still cannot guess a marker without the key.
+    """
+
+    def __init__(self, key: str | None = None) -> None:
+        self._key = key.encode() if key is not None else None
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        """The next marker: 12 hex digits."""
+        if self._key is None:
+            return secrets.token_hex(6)
+        with self._lock:
+            number, self._count = self._count, self._count + 1
+        return hmac.new(self._key, str(number).encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def wrap(text: str, markers: Callable[[], str] | None = None) -> str:
+    """Mark text as data with a marker content cannot know, so it cannot forge the end of its own wrapper.
+
+    Args:
+        text: the data.
+        markers: where the marker comes from (default: fresh randomness).
+
+    Returns:
+        The text between `<<<DATA m>>>` and `<<<END m>>>` lines.
+    """
+    marker = (markers or Markers())()
     return f"<<<DATA {marker}>>>\n{text}\n<<<END {marker}>>>"
+
+
+def offered_tools(specs: list[dict[str, Any]], run: bool) -> list[dict[str, Any]]:
+    """The tool specs a grading offers: all of them, less `run` when no sandbox is configured.
+
+    Args:
+        specs: the tool specs (`prompts/tools.json`).
+        run: whether a sandbox is configured.
+
+    Returns:
+        The specs offered, in their order.
+    """
+    return [spec for spec in specs if spec["name"] != "run" or run]
+
+
+def tool_schemas(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool specs in the chat-completions `tools` format (what the endpoint is sent)."""
+    return [{"type": "function", "function": spec} for spec in specs]
 
 
 @dataclass
@@ -168,12 +217,12 @@ class Toolbox:
         output_chars: int = DEFAULT_OUTPUT_CHARS,
         page_chars: int = DEFAULT_PAGE_CHARS,
         sandbox_slots: threading.Semaphore | None = None,
+        markers: Callable[[], str] | None = None,
     ) -> None:
         self.view = view
         self.candidates = candidates
-        self.specs = {
-            spec["name"]: spec for spec in specs if spec["name"] != "run" or sandbox_opener is not None
-        }
+        self.specs = {spec["name"]: spec for spec in offered_tools(specs, sandbox_opener is not None)}
+        self.markers = markers or Markers()
         self.output_chars = output_chars
         self.page_chars = page_chars
         self._sandbox_opener = sandbox_opener
@@ -185,7 +234,7 @@ class Toolbox:
 
     def schemas(self) -> list[dict[str, Any]]:
         """The tools in the chat-completions `tools` format."""
-        return [{"type": "function", "function": spec} for spec in self.specs.values()]
+        return tool_schemas(list(self.specs.values()))
 
     def names(self) -> list[str]:
         return list(self.specs)
@@ -229,6 +278,9 @@ class Toolbox:
 
     # -- the tools ---------------------------------------------------------------------------------------
 
+    def _wrap(self, text: str) -> str:
+        return wrap(text, self.markers)
+
     def _target(self, label: str) -> str:
         return BASE if label == BASE else self.candidates.trajectory(label)
 
@@ -246,7 +298,7 @@ class Toolbox:
             rows.append(
                 f"{label} (FAILED the tests; for contrast only): {', '.join(stats.files) if stats else '?'}"
             )
-        return wrap("\n".join(rows))
+        return self._wrap("\n".join(rows))
 
     def _tool_diff(self, candidate: str, against: str = BASE, path: str | None = None, page: int = 1) -> str:
         text = self.view.diff(self._target(candidate), self._target(against), paths=[path] if path else None)
@@ -255,7 +307,7 @@ class Toolbox:
             raise ToolError(f"page {page} does not exist; the diff has {pages} page(s)")
         chunk = text[(page - 1) * self.page_chars : page * self.page_chars]
         note = f"page {page} of {pages}\n" if pages > 1 else ""
-        return note + wrap(chunk or "(no differences)")
+        return note + self._wrap(chunk or "(no differences)")
 
     def _tool_read_file(
         self, target: str, path: str, start_line: int = 1, end_line: int | None = None
@@ -269,7 +321,7 @@ class Toolbox:
         if start_line > max(1, len(lines)):
             raise ToolError(f"{path} has {len(lines)} lines")
         numbered = "\n".join(f"{n:>5}  {lines[n - 1]}" for n in range(start_line, end + 1))
-        return f"{path} lines {start_line}-{end} of {len(lines)}\n" + wrap(
+        return f"{path} lines {start_line}-{end} of {len(lines)}\n" + self._wrap(
             cap_text(numbered, self.output_chars)
         )
 
@@ -278,7 +330,7 @@ class Toolbox:
             hits = self.view.grep(self._target(target), pattern, path)
         except ValueError as exc:
             raise ToolError(f"search failed: {exc}") from None
-        return f"{len(hits)} matching line(s)\n" + wrap(
+        return f"{len(hits)} matching line(s)\n" + self._wrap(
             cap_text("\n".join(hits) or "(no match)", self.output_chars)
         )
 
@@ -313,7 +365,7 @@ class Toolbox:
                 f"== {label}: {status}, {r.seconds:.1f}s"
                 + (" (output truncated)" if r.truncated else "")
                 + "\n"
-                + wrap(body)
+                + self._wrap(body)
             )
         return "\n".join(blocks)
 
@@ -373,12 +425,15 @@ def injections_by_trajectory(view: GradingView) -> dict[str, list[str]]:
 
 __all__ = [
     "Candidates",
+    "Markers",
     "Submission",
     "ToolError",
     "Toolbox",
     "assign_labels",
     "find_injections",
     "injections_by_trajectory",
+    "offered_tools",
     "parse_arguments",
+    "tool_schemas",
     "wrap",
 ]

@@ -41,6 +41,7 @@ class Run:
     group_problems: list[str] = field(default_factory=list)
 
     def result(self, group_id: str) -> GroupResult:
+        """The result of `group_id`. Raises ValueError naming the run and the groups it does have."""
         for result in self.results:
             if result.group_id == group_id:
                 return result

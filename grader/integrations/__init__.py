@@ -1,11 +1,27 @@
 """Adapters from training frameworks to gagar's redistribution.
 
-``tensors`` and ``weights`` are framework-free and import nothing optional. Each framework module
-(``verl``, ``trl``, ``slime``, ``openrlhf``) imports its framework, or torch, only when it is itself imported
-or called, so ``import grader.integrations`` never needs them.
+``tensors``, ``weights``, ``rows`` and ``batch`` are framework-free and import nothing optional. Each
+framework module (``verl``, ``trl``, ``slime``, ``openrlhf``) imports its framework, or torch, only when it is
+itself imported or called, so ``import grader.integrations`` never needs them.
 """
 
+from grader.integrations.batch import BatchGrader, CollectError, GuardConfig, StepWeights
+from grader.integrations.rows import MappingError, RowError, RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.weights import WeightsFn, call_weights_fn, weights_from_results
 
-__all__ = ["WeightsFn", "call_weights_fn", "redistribute_advantages", "to_numpy", "weights_from_results"]
+__all__ = [
+    "BatchGrader",
+    "CollectError",
+    "GuardConfig",
+    "MappingError",
+    "RowError",
+    "RowMapping",
+    "StepWeights",
+    "WeightsFn",
+    "call_weights_fn",
+    "redistribute_advantages",
+    "task_paths",
+    "to_numpy",
+    "weights_from_results",
+]

@@ -47,6 +47,10 @@ def redistribute_group_norm(
     ``passed`` and ``weights`` have the same shape; ``response_lengths`` too, needed only for
     ``preserve="token"``. Returns the same type, dtype, device and shape, and ``{row: reason}`` for the
     rows left unchanged.
+
+    Raises:
+        ValueError: ``advantages`` is not 2-D, ``preserve="token"`` comes without ``response_lengths``, or
+            an argument is off as :func:`grader.redistribute.redistribute_batch` refuses it.
     """
     shape = tuple(advantages.shape)
     if len(shape) != 2:

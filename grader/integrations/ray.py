@@ -7,6 +7,7 @@ bounds how long the trainer waits: groups not done by then pass through unchange
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ try:
     import ray
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("grading with Ray needs the ray extra: pip install 'gagar[ray]'") from exc
+
+
+STOP_POLL = 0.1
+"""Seconds between looks at the `stop` event while waiting for results."""
 
 
 class _GradingActor:
@@ -98,8 +103,18 @@ class RayGrader:
             live = [len(self._actors) - 1]
         return min(live, key=lambda i: load[i])
 
-    def grade_indexed(self, items: Iterable[Group | LoadError]) -> Iterator[tuple[int, GroupResult]]:
-        """(input position, result) as groups finish. Never raises for a group's own problems."""
+    def grade_indexed(
+        self, items: Iterable[Group | LoadError], stop: threading.Event | None = None
+    ) -> Iterator[tuple[int, GroupResult]]:
+        """(input position, result) as groups finish. Never raises for a group's own problems.
+
+        Args:
+            items: groups (or file entries that are not groups) to grade.
+            stop: when set, stop waiting: the groups still running are cancelled and come back as late,
+                as at the deadline (the batch grader sets it when the trainer stops waiting).
+        Returns:
+            an iterator of (position in `items`, result), every position once.
+        """
         start = time.monotonic()
         load = [0] * len(self._actors)
         pending: dict[Any, _Pending] = {}
@@ -126,6 +141,10 @@ class RayGrader:
                 timeout = self.deadline - (time.monotonic() - start)
                 if timeout <= 0:
                     break
+            if stop is not None:
+                if stop.is_set():
+                    break
+                timeout = STOP_POLL if timeout is None else min(timeout, STOP_POLL)
             done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
             for ref in done:
                 job = pending.pop(ref)

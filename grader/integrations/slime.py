@@ -17,6 +17,18 @@ Wire them with ``--custom-reward-post-process-path grader.integrations.slime.rew
 read from ``sample.metadata["gagar_weight"]``, e.g. set by a ``--group-rm`` reward function that grades the
 group) or a module of your own holding ``make_reward_post_process(weights_fn)``, and
 ``--dynamic-sampling-filter-path grader.integrations.slime.keep_mixed_groups``.
+
+Grading during the rollout (:class:`SlimeGrading`): with ``--group-rm``, slime calls the
+``--custom-rm-path`` function once per group, as soon as the group's samples are generated. The function
+:meth:`SlimeGrading.group_rm` builds computes the rewards with your reward function, submits the group to a
+:class:`~grader.integrations.batch.BatchGrader` (it grades in the background while slime generates the other
+groups) and returns the rewards; :meth:`SlimeGrading.reward_post_process` collects the weights for all
+samples, waiting at most ``deadline`` seconds, and redistributes slime's GRPO rewards. Rows come from
+:func:`slime_rows` (:data:`SLIME_MAPPING`: the patch in ``sample.metadata["patch"]``, the task in the
+metadata's ``repo``, ``base_commit``, ``statement``, ``image``). ``preserve`` defaults to ``token``, what
+slime's default per-token loss aggregation needs; ``sequence`` for ``--calculate-per-token-loss`` off
+(a per-sample mean). The last step's ``StepWeights`` (metrics included) is kept in ``last_step`` for your
+logger: slime's post-process hook has no metrics channel.
 """
 
 from __future__ import annotations
@@ -27,12 +39,17 @@ from typing import Any
 
 import numpy as np
 
+from grader.integrations.batch import BatchGrader, StepWeights
+from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages
 from grader.integrations.weights import WeightsFn, call_weights_fn
 from grader.redistribute import Preserve, is_mixed_group
 
 __all__ = [
+    "SLIME_MAPPING",
     "WEIGHT_KEY",
+    "SlimeGrading",
+    "slime_rows",
     "keep_mixed_groups",
     "make_dynamic_filter",
     "make_reward_post_process",
@@ -42,6 +59,10 @@ __all__ = [
 ]
 
 WEIGHT_KEY = "gagar_weight"
+GROUP_KEY = "gagar_group"
+TRAJECTORY_KEY = "gagar_trajectory"
+SLIME_MAPPING = RowMapping(**task_paths("metadata"))
+"""The default mapping for :func:`slime_rows`: patch and task in each sample's metadata."""
 # The estimators whose slime rewards are group-relative advantages with a positive passing value.
 _STD_ESTIMATORS = ("grpo", "gspo", "cispo")
 
@@ -141,3 +162,101 @@ def make_dynamic_filter(pass_threshold: float = 1.0) -> Callable[..., Any]:
 
 
 keep_mixed_groups = make_dynamic_filter()
+
+
+def slime_rows(samples: list[Any], rewards: list[float], pass_threshold: float = 1.0) -> list[dict[str, Any]]:
+    """slime samples as rows for a :class:`~grader.integrations.batch.BatchGrader`, one per sample.
+
+    A row holds ``metadata``, ``prompt``, ``response`` and ``label`` as the sample has them, ``patch``
+    (``metadata["patch"]``), ``group_id`` and ``trajectory_id`` (``metadata["gagar_group"]`` and
+    ``["gagar_trajectory"]``, set by :meth:`SlimeGrading.group_rm`; else the sample's ``group_index`` and
+    ``index``, else its position),
+    ``passed`` (its reward ``>= pass_threshold``) and ``response_length``.
+
+    Args:
+        samples: slime ``Sample`` objects (only these attributes are read, each optional but metadata).
+        rewards: each sample's reward.
+        pass_threshold: the reward a passing sample reaches.
+    Returns:
+        one dict per sample, in order.
+    """
+    rows = []
+    for position, (sample, reward) in enumerate(zip(samples, rewards, strict=True)):
+        metadata = sample.metadata if isinstance(getattr(sample, "metadata", None), dict) else {}
+        index = getattr(sample, "index", None)
+        rows.append(
+            {
+                "metadata": metadata,
+                "prompt": getattr(sample, "prompt", None),
+                "response": getattr(sample, "response", None),
+                "label": getattr(sample, "label", None),
+                "patch": metadata.get("patch"),
+                "group_id": metadata.get(GROUP_KEY, getattr(sample, "group_index", None)),
+                "trajectory_id": str(metadata.get(TRAJECTORY_KEY, index if index is not None else position)),
+                "passed": float(reward) >= pass_threshold,
+                "response_length": getattr(sample, "response_length", None),
+            }
+        )
+    return rows
+
+
+class SlimeGrading:
+    """A ``--group-rm`` reward function that submits each group, and the post-process that collects.
+
+    Args:
+        grader: the batch grader (its mapping reads :func:`slime_rows`; :data:`SLIME_MAPPING` by default).
+        reward_fn: your group reward ``(args, samples) -> rewards`` (a coroutine function or a plain one).
+        deadline: seconds the post-process waits for grading at most.
+        pass_threshold: the reward a passing sample reaches.
+        preserve: ``token`` (slime's per-token loss) or ``sequence``.
+    """
+
+    def __init__(
+        self,
+        grader: BatchGrader,
+        reward_fn: Callable[[Any, list[Any]], Any],
+        deadline: float | None = None,
+        pass_threshold: float = 1.0,
+        preserve: Preserve = "token",
+    ) -> None:
+        self.grader = grader
+        self.reward_fn = reward_fn
+        self.deadline = deadline
+        self.pass_threshold = pass_threshold
+        self.preserve: Preserve = preserve
+        self.last_step: StepWeights | None = None
+        self._groups = itertools.count()
+        self.reward_post_process = make_reward_post_process(self._weights, pass_threshold, preserve)
+        """The ``--custom-reward-post-process-path`` function: collect, then redistribute slime's rewards."""
+
+    async def group_rm(self, args: Any, samples: list[Any]) -> list[float]:
+        """The ``--custom-rm-path`` function under ``--group-rm``: rewards now, grading in the background.
+
+        Args:
+            args: slime's arguments.
+            samples: one group's samples.
+        Returns:
+            the rewards of `reward_fn`, one per sample.
+        """
+        rewards = self.reward_fn(args, samples)
+        if hasattr(rewards, "__await__"):
+            rewards = await rewards
+        rewards = [float(r) for r in rewards]
+        group = f"group-{next(self._groups)}"
+        for position, sample in enumerate(samples):
+            if not isinstance(getattr(sample, "metadata", None), dict):
+                sample.metadata = {}
+            sample.metadata[GROUP_KEY], sample.metadata[TRAJECTORY_KEY] = group, str(position)
+        self.grader.submit(slime_rows(samples, rewards, self.pass_threshold))
+        return rewards
+
+    def _weights(self, group_ids: np.ndarray, passed: np.ndarray, samples: list[Any]) -> np.ndarray:
+        rewards = [1.0 if p else 0.0 for p in passed]  # only the pass flag matters to the rows' keys
+        rows = slime_rows(samples, rewards, 0.5)
+        submitted = [i for i, row in enumerate(rows) if (row["metadata"] or {}).get(GROUP_KEY) is not None]
+        weights = np.ones(len(rows))
+        if submitted:
+            self.last_step = self.grader.weights([rows[i] for i in submitted], self.deadline)
+            weights[submitted] = self.last_step.weights
+        self.grader.discard_pending()  # groups slime's filters dropped were submitted, never collected
+        return weights

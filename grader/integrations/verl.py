@@ -15,6 +15,17 @@ Dynamic sampling: verl's DAPO group filter (``algorithm.filter_groups.enable=Tru
 exactly the mixed groups, the ones gagar grades. :func:`with_pass_flag` makes a reward function report
 ``acc``; :func:`mixed_rows` is the same rule for custom loops.
 
+Grading inside the step (:func:`install_grader`): verl's legacy ``RayPPOTrainer.fit`` runs the reward step
+(``extract_reward``), then the old and reference log-probs, then ``compute_advantage``, so grading can
+overlap with the log-probs. The installed wrappers submit the batch's rows to a
+:class:`~grader.integrations.batch.BatchGrader` right after ``extract_reward`` (rows from
+:func:`verl_rows`: ``non_tensor_batch`` columns such as ``uid`` and ``extra_info``, the reward function's
+extra infos such as a ``patch`` it returned, the pass flag and response length), collect the weights in the
+wrapped ``compute_advantage`` (waiting at most ``deadline`` seconds), and add the grader's ``gagar/...``
+metrics to verl's metrics dict through ``compute_data_metrics``. ``preserve`` defaults to ``token``, what
+verl's default ``actor.loss_agg_mode=token-mean`` needs (:func:`preserve_for_loss_agg_mode`). The v1 trainer
+(``verl.trainer.ppo.v1``) batches differently; there only :func:`install`'s advantage step applies.
+
 Tested against the real verl package (``pip install verl``; runs on CPU).
 """
 
@@ -27,12 +38,18 @@ from typing import Any
 
 import numpy as np
 
+from grader.integrations.batch import BatchGrader
+from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.weights import WeightsFn, call_weights_fn
 from grader.redistribute import Preserve, mixed_group_mask
 
 __all__ = [
+    "VERL_MAPPING",
     "install",
+    "install_grader",
+    "preserve_for_loss_agg_mode",
+    "verl_rows",
     "mixed_rows",
     "passed_from_scores",
     "redistribute_data",
@@ -41,6 +58,12 @@ __all__ = [
 ]
 
 PASS_FLAG_KEY = "acc"
+ROW_KEY = "gagar_trajectory"
+METRICS_KEY = "gagar_metrics"
+VERL_MAPPING = RowMapping(**task_paths("extra_info"))
+"""The default mapping for :func:`verl_rows`: the patch in a ``patch`` column (``non_tensor_batch`` or the
+reward function's extra infos), the task in the dataset row's ``extra_info``."""
+_TOKEN_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 GRPO_ESTIMATORS = ("grpo", "grpo_vectorized")
 
 
@@ -172,3 +195,144 @@ def mixed_rows(data: Any, metric: str = PASS_FLAG_KEY) -> np.ndarray:
     """
     flags = np.asarray(data.non_tensor_batch[metric], dtype=float)
     return mixed_group_mask(data.non_tensor_batch["uid"], flags)
+
+
+def preserve_for_loss_agg_mode(loss_agg_mode: str) -> Preserve:
+    """The preserve mode verl's loss aggregation needs.
+
+    Args:
+        loss_agg_mode: ``actor_rollout_ref.actor.loss_agg_mode``.
+    Returns:
+        ``"sequence"`` for ``seq-mean-token-mean`` (each response weighs the same), ``"token"`` for the
+        modes that weigh a response by its token count (``token-mean``, verl's default, and the token sums).
+    Raises:
+        ValueError: a mode verl does not have.
+    """
+    if loss_agg_mode == "seq-mean-token-mean":
+        return "sequence"
+    if loss_agg_mode in _TOKEN_AGG_MODES:
+        return "token"
+    raise ValueError(f"unknown verl loss_agg_mode {loss_agg_mode!r}")
+
+
+def verl_rows(
+    data: Any, scores: Any = None, extra: dict[str, Any] | None = None, pass_threshold: float = 1.0
+) -> list[dict[str, Any]]:
+    """A verl batch as rows for a :class:`~grader.integrations.batch.BatchGrader`, one per response.
+
+    Each row holds every ``non_tensor_batch`` column at its index (``uid``, ``extra_info``, ...), the
+    reward function's extra infos (``extra``), then ``group_id`` (the ``uid``), ``trajectory_id`` (the
+    row's ``gagar_trajectory`` column, set at submission so it survives reordering; else its index),
+    ``passed`` (the response's summed score ``>= pass_threshold``) and ``response_length`` (its
+    ``response_mask`` sum).
+
+    Args:
+        data: a verl ``DataProto`` after the reward step.
+        scores: ``(bs, response_length)`` token-level scores (default ``token_level_scores``, else
+            ``rm_scores``).
+        extra: the reward function's extra infos, ``{name: per-row values}``.
+        pass_threshold: the summed score a passing response reaches.
+    Returns:
+        one dict per row, in the batch's order.
+    Raises:
+        KeyError: the batch has no ``uid`` column or no scores.
+    """
+    if scores is None:
+        name = "token_level_scores" if "token_level_scores" in data.batch else "rm_scores"
+        scores = data.batch[name]
+    passed = to_numpy(scores).astype(np.float64).sum(axis=-1) >= pass_threshold
+    lengths = to_numpy(data.batch["response_mask"]).sum(axis=-1).astype(int)
+    columns = {**dict(data.non_tensor_batch), **(extra or {})}
+    ids = data.non_tensor_batch.get(ROW_KEY)
+    rows = []
+    for i in range(len(passed)):
+        row = {name: values[i] for name, values in columns.items() if len(values) == len(passed)}
+        row.update(
+            group_id=str(data.non_tensor_batch["uid"][i]),
+            trajectory_id=str(ids[i]) if ids is not None else str(i),
+            passed=bool(passed[i]),
+            response_length=int(lengths[i]),
+        )
+        rows.append(row)
+    return rows
+
+
+def install_grader(
+    grader: BatchGrader,
+    deadline: float | None = None,
+    pass_threshold: float = 1.0,
+    preserve: Preserve = "token",
+    on_step: Callable[[Any], Any] | None = None,
+) -> Callable[[], None]:
+    """Grade inside verl's legacy ``RayPPOTrainer`` step; returns a function that undoes it.
+
+    Wraps three names in ``verl.trainer.ppo.ray_trainer``: ``extract_reward`` (submits the batch's rows
+    to `grader`, which grades in the background while verl computes log-probs), ``compute_advantage``
+    (waits at most `deadline` seconds for the weights and redistributes verl's GRPO advantages; other
+    estimators pass through, and their submission is collected and discarded) and
+    ``compute_data_metrics`` (adds the grader's ``gagar/...`` metrics to verl's metrics dict). The
+    grader's row mapping reads rows made by :func:`verl_rows` (:data:`VERL_MAPPING` fits a dataset whose
+    ``extra_info`` holds the task and a reward function that returns the ``patch``).
+
+    Args:
+        grader: the batch grader (threads or Ray).
+        deadline: seconds ``compute_advantage`` waits at most (None: the grader's own default).
+        pass_threshold: the summed score a passing response reaches.
+        preserve: ``token`` for verl's default ``loss_agg_mode=token-mean``; see
+            :func:`preserve_for_loss_agg_mode`.
+        on_step: called with each step's ``StepWeights`` (e.g. to keep them for a length monitor).
+    Returns:
+        ``uninstall()``, which puts verl's functions back.
+    """
+    import importlib
+
+    module = importlib.import_module("verl.trainer.ppo.ray_trainer")
+    originals = {
+        name: getattr(module, name)
+        for name in ("extract_reward", "compute_advantage", "compute_data_metrics")
+    }
+    base = {name: getattr(f, "__gagar_original__", f) for name, f in originals.items()}
+
+    @functools.wraps(base["extract_reward"])
+    def extract_reward(batch: Any) -> Any:
+        reward_tensor, extra = base["extract_reward"](batch)
+        if batch.meta_info.get("validate"):  # verl's validation scores too; nothing to train, so no grading
+            return reward_tensor, extra
+        batch.non_tensor_batch[ROW_KEY] = np.array([str(i) for i in range(len(batch))], dtype=object)
+        grader.submit(verl_rows(batch, reward_tensor, dict(extra or {}), pass_threshold))
+        return reward_tensor, extra
+
+    @functools.wraps(base["compute_advantage"])
+    def compute_advantage(data: Any, adv_estimator: Any, *args: Any, **kwargs: Any) -> Any:
+        data = base["compute_advantage"](data, adv_estimator, *args, **kwargs)
+        if ROW_KEY not in data.non_tensor_batch:  # not submitted (validation, or another caller)
+            return data
+        step = grader.weights(verl_rows(data, pass_threshold=pass_threshold), deadline)
+        data.non_tensor_batch.pop(ROW_KEY)
+        data.meta_info[METRICS_KEY] = step.metrics
+        if on_step is not None:
+            on_step(step)
+        if str(getattr(adv_estimator, "value", adv_estimator)) in GRPO_ESTIMATORS:
+            redistribute_data(data, step.weights, pass_threshold=pass_threshold, preserve=preserve)
+        return data
+
+    @functools.wraps(base["compute_data_metrics"])
+    def compute_data_metrics(batch: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        metrics = base["compute_data_metrics"](batch, *args, **kwargs)
+        metrics.update(batch.meta_info.pop(METRICS_KEY, {}))
+        return metrics
+
+    wrappers = {
+        "extract_reward": extract_reward,
+        "compute_advantage": compute_advantage,
+        "compute_data_metrics": compute_data_metrics,
+    }
+    for name, wrapper in wrappers.items():
+        wrapper.__gagar_original__ = base[name]  # type: ignore[attr-defined]
+        setattr(module, name, wrapper)
+
+    def uninstall() -> None:
+        for name, original in originals.items():
+            setattr(module, name, original)
+
+    return uninstall

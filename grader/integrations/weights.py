@@ -32,6 +32,9 @@ def call_weights_fn(
 
     A wrong shape or a NaN must fail here, naming the function, rather than surface later as a silently
     unchanged group (redistribution leaves groups with invalid weights alone) or as NaN advantages.
+
+    Raises:
+        ValueError: the weights are not ``(N,)`` or not all finite (the message names the function).
     """
     weights = to_numpy(weights_fn(group_ids, passed, batch)).astype(np.float64)
     n = len(passed)
@@ -53,6 +56,10 @@ def weights_from_results(
     ``str(group_id)`` to ``result.group_id``) each sample is looked up in its own group's result. Without
     them an id is looked up across all results and must not occur in two of them. Results that were skipped
     or failed carry no weights, so their samples get 1.0 and pass through unchanged.
+
+    Raises:
+        ValueError: ``group_ids`` and ``trajectory_ids`` differ in length, or (without ``group_ids``) a
+            trajectory id occurs in two results.
     """
     results = list(results)
     if group_ids is not None:

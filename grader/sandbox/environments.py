@@ -426,3 +426,37 @@ def environment_for(trees: Any, spec: EnvironmentSpec, **options: Any) -> Enviro
         except (tarfile.TarError, OSError, KeyError) as exc:
             raise EnvironmentBuildError(f"{spec.slug}: could not unpack the base tree: {exc}") from exc
         return build_environment(spec, Path(tmp), **options)
+
+
+def open_task_sandbox(view: Any, backend: str = "docker", limits: Any = None) -> Any:
+    """Open a sandbox over a group's trees in its task's environment, as a grader's `run` tool does.
+
+    A task's own image wins; otherwise, on docker, its environment layer (built once, then reused) when the
+    task names an interpreter or a recipe; otherwise the default image. The sandbox's `environment_note`
+    says what the environment could not honour.
+
+    Args:
+        view: the group's `GradingView` (its task, and its trees as a `TreeSource`).
+        backend: the sandbox backend.
+        limits: the sandbox's `Limits`, or None for the defaults.
+
+    Returns:
+        The open `Sandbox`; close it (or use it as a context manager).
+
+    Raises:
+        EnvironmentBuildError: the task's environment layer cannot be built.
+        SandboxUnavailable: the backend cannot run here.
+        SandboxError: the sandbox failed to start.
+    """
+    from grader.sandbox.base import open_sandbox
+
+    task = view.task
+    image, note = task.image, ""
+    if image is None and backend == "docker" and (task.python or task.environment):
+        layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
+        image, note = layer.tag, layer.note
+    sandbox = open_sandbox(
+        view, backend=backend, image=image, setup=task.setup, test_command=task.test_command, limits=limits
+    )
+    sandbox.environment_note = note
+    return sandbox

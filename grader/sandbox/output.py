@@ -11,6 +11,9 @@ class CappedBuffer:
     """Collects bytes as they arrive, keeping at most `limit` of them: the first half and the last half.
 
     Memory stays bounded by `limit` whatever is fed. Not thread-safe; one buffer per stream.
+
+    Raises:
+        ValueError: (constructor) `limit` is not positive.
     """
 
     def __init__(self, limit: int) -> None:

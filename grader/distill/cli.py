@@ -1,0 +1,122 @@
+"""`gagar distill`: argument parsing and the progress bar; the work is in `grader.distill.run`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from grader.cli_options import add_config_arguments, config_from_args
+from grader.concurrency import Concurrency
+from grader.distill.benchmarks import benchmark_folders, load_benchmarks, search_roots
+from grader.distill.run import DistillConfig, Plan, distill
+from grader.formats import check_inputs
+from grader.graders.llm_config import LLMConfig
+
+# The teacher's options: the LLM grader's, less those distillation fixes (native tools, seeds per sample).
+TEACHER_FIELDS = [f.name for f in dataclasses.fields(LLMConfig) if f.name not in ("tool_mode", "seed")]
+
+
+def cmd_distill(args: argparse.Namespace) -> int:
+    """`gagar distill`: grade each group K times with the teacher, keep what agrees, write the SFT files.
+
+    Raises:
+        ValueError: no teacher `--model` is given.
+    """
+    console = Console()
+    inputs = check_inputs(args.inputs)
+    if not args.model:
+        raise ValueError("gagar distill needs the teacher's --model")
+    config = DistillConfig(**config_from_args(DistillConfig, args))
+    teacher = config_from_args(LLMConfig, args, only=TEACHER_FIELDS)
+    resources = Concurrency(**config_from_args(Concurrency, args))
+    folders = benchmark_folders(args.benchmark, [] if args.no_default_benchmarks else search_roots())
+    benchmarks = load_benchmarks(folders)
+    tally = {"done": 0, "kept": 0, "tokens": 0}
+    with Progress(
+        TextColumn("distilling"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("keep {task.fields[rate]}"),
+        TextColumn("teacher tokens {task.fields[tokens]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("distill", total=None, rate="-", tokens="0")
+
+        def on_plan(work: Plan) -> None:
+            progress.update(task, total=len(work.pending))
+            for gid, why in work.left_out.items():
+                console.print(
+                    f"[yellow]{why['status']}[/] {gid}: {why['reason']}", highlight=False, soft_wrap=True
+                )
+
+        def on_record(record: dict[str, Any]) -> None:
+            tally["done"] += 1
+            tally["kept"] += record["status"] == "kept"
+            tally["tokens"] += int(record.get("usage", {}).get("total_tokens", 0))
+            rate = f"{tally['kept'] / tally['done']:.0%}"
+            progress.update(task, advance=1, rate=rate, tokens=f"{tally['tokens']:,}")
+
+        manifest = distill(
+            inputs, args.reference, teacher, args.out, config, benchmarks, resources, on_plan, on_record
+        )
+    counts = manifest["counts"]
+    dropped = ", ".join(f"{n} {why}" for why, n in counts["dropped"].items() if n) or "none"
+    console.print(
+        f"{counts['transcripts']} transcripts from {counts['distilled']} groups: {counts['kept']} kept "
+        f"(keep rate {counts['keep_rate'] if counts['keep_rate'] is not None else '-'}), dropped: {dropped}; "
+        f"{counts['rows']['train']} train rows, {counts['rows']['eval']} eval rows; "
+        f"teacher tokens {manifest['tokens']['total_tokens']:,}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        f"-> {args.out / 'sft.jsonl'}, {args.out / 'manifest.json'}", highlight=False, soft_wrap=True
+    )
+    if not counts["distilled"]:
+        console.print(
+            "[red]nothing distilled[/]: every group was refused or failed", highlight=False, soft_wrap=True
+        )
+    return 1 if counts["failed"] or not counts["distilled"] else 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the `distill` command to the top-level parser's subparsers."""
+    parser = subparsers.add_parser(
+        "distill", help="grade groups with a teacher model, keep transcripts that agree with the reference"
+    )
+    parser.add_argument("inputs", nargs="+", type=Path, help="group files (JSON object, JSON array or JSONL)")
+    parser.add_argument(
+        "--reference",
+        required=True,
+        type=Path,
+        help="reference file of any kind: pairwise, ranking, degrade output, consensus",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="output folder: sft.jsonl, sft_eval.jsonl, manifest.json, records/ (a rerun resumes)",
+    )
+    parser.add_argument(
+        "--benchmark",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="a benchmark folder (with manifest.json) whose groups and tasks are refused as training input; "
+        "every one found under ./benchmarks is refused too",
+    )
+    parser.add_argument("--no-default-benchmarks", action="store_true", help="do not look under ./benchmarks")
+    add_config_arguments(parser.add_argument_group("distillation"), DistillConfig)
+    add_config_arguments(
+        parser.add_argument_group("teacher (the llm grader)"), LLMConfig, only=TEACHER_FIELDS
+    )
+    add_config_arguments(parser.add_argument_group("resources (per process)"), Concurrency)
+    parser.set_defaults(func=cmd_distill)

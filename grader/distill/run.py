@@ -1,0 +1,631 @@
+"""`gagar distill`: grade groups whose right order is known with a teacher model, keep what agrees.
+
+Each group is graded K times by the LLM grader (the teacher), each time under labels and an order derived
+from the run's secret and (group, sample), with data markers derived from (group, sample, call): what a
+grading shows the model is reproducible from the run. Each sample's outcome is written at once to
+`DIR/records/<group>/<sample>.json` (atomically, never twice), so a run killed at any point continues where
+it was. When every sample is recorded, the outputs are assembled from the records alone, in a fixed order:
+`sft.jsonl` and `sft_eval.jsonl` (train/eval split by task), optionally the OpenAI format, and
+`manifest.json`. A resumed run therefore writes exactly the files an uninterrupted one does. Timings are
+left out of records and outputs (they are all a rerun would change).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import secrets
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.concurrency import Concurrency, default_resources
+from grader.distill import sft
+from grader.distill.augment import AugmentationRefused, relabel
+from grader.distill.benchmarks import Benchmarks, task_hash
+from grader.errors import DistillError, GradingFailed, InvalidRanking, WorkspaceError
+from grader.formats import LoadError, load_groups
+from grader.graders.llm import LLMGrader
+from grader.graders.tools import offered_tools, tool_schemas
+from grader.models import Group
+from grader.ranking import validate_ranking
+from grader.references import Reference, agreement, load_references
+from grader.transcript import read_transcript
+from grader.workspace import Workspace, open_workspace, ref_name
+
+TIMING_KEYS = ("t", "seconds", "sleep")  # what a rerun changes: left out of records
+FORMAT = 1
+
+
+@dataclass
+class DistillConfig:
+    """How a distillation run samples, filters and writes."""
+
+    samples: int = 4
+    """Teacher gradings per group, each under fresh labels and candidate order."""
+    min_agreement: float = field(default=1.0, metadata={"cli": "--min-agreement"})
+    """Agreement with the reference (pairwise credit over its pairs, ties half) to keep a transcript."""
+    augment: int = 0
+    """Relabelled copies of each kept transcript (fresh labels, fresh order), added to its split."""
+    eval_fraction: float = 0.1
+    """Share of tasks held out in sft_eval.jsonl (no task on both sides)."""
+    openai: bool = False
+    """Also write openai_train.jsonl and openai_eval.jsonl (OpenAI's fine-tuning format)."""
+    workers: int = 4
+    """Gradings in flight at once (LLM calls, sandboxes and builds stay within the resources' bounds)."""
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError("--samples must be at least 1")
+        if not 0.0 <= self.min_agreement <= 1.0:
+            raise ValueError("--min-agreement must be in [0, 1]")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ValueError("--eval-fraction must be in [0, 1)")
+        if self.augment < 0 or self.workers < 1:
+            raise ValueError("--augment must be >= 0 and --workers >= 1")
+
+
+@dataclass
+class Plan:
+    """What a run will do: the groups it distils and why the others are left out."""
+
+    groups: list[Group]
+    references: dict[str, Reference]
+    left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> status, reason
+    pending: list[tuple[Group, int]] = field(default_factory=list)  # (group, sample) not yet recorded
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+@contextmanager
+def _run_lock(out: Path) -> Iterator[None]:
+    with open(out / ".lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DistillError(f"{out}: another distillation run is writing here") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def prepare_out(out: Path) -> str:
+    """Make the output folder and read (or create) the run's secret; fails before any teacher call.
+
+    Args:
+        out: the output folder.
+
+    Returns:
+        The run's secret (`out/secret`, created with fresh randomness on the first run; put one there to
+        reproduce another run's labels and markers).
+
+    Raises:
+        DistillError: the folder cannot be created or written.
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "records").mkdir(exist_ok=True)
+        probe = out / f".probe-{os.getpid()}"
+        probe.write_text("ok", encoding="utf-8")
+        probe.unlink()
+        secret_file = out / "secret"
+        if not secret_file.exists():
+            secret_file.write_text(secrets.token_hex(16) + "\n", encoding="utf-8")
+            secret_file.chmod(0o600)
+        return secret_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise DistillError(f"{out}: cannot write the output folder: {exc.strerror or exc}") from None
+
+
+def record_path(out: Path, group_id: str, sample: int) -> Path:
+    """Where the record of (group, sample) lives."""
+    return out / "records" / ref_name(group_id) / f"{sample}.json"
+
+
+def plan(
+    inputs: list[Path],
+    references: dict[str, Reference],
+    benchmarks: Benchmarks,
+    out: Path,
+    samples: int,
+) -> Plan:
+    """Decide which groups are distilled and which (group, sample) are still to grade.
+
+    Args:
+        inputs: group files.
+        references: group id -> reference.
+        benchmarks: the benchmarks whose groups are refused.
+        out: the output folder (its records say what is done).
+        samples: gradings per group.
+
+    Returns:
+        The plan. A group is left out, with the reason, when it is not valid, has no reference, belongs to
+        a benchmark, or its reference names trajectories it does not have (named).
+    """
+    chosen = Plan(groups=[], references=references)
+    seen: set[str] = set()
+    for item in load_groups(inputs):
+        if isinstance(item, LoadError):
+            chosen.left_out[f"{item.source}"] = {"status": "failed", "reason": f"invalid group: {item}"}
+            continue
+        gid = item.group_id
+        if gid in seen:
+            chosen.left_out[gid] = {"status": "failed", "reason": "group id given twice; the first is used"}
+            continue
+        seen.add(gid)
+        refusal = benchmarks.refusal(item)
+        reference = references.get(gid)
+        known = {t.id for t in item.trajectories}
+        if refusal is not None:
+            chosen.left_out[gid] = {"status": "refused", "reason": refusal}
+        elif reference is None:
+            chosen.left_out[gid] = {"status": "refused", "reason": "no reference for this group"}
+        elif reference.ids() - known:
+            unknown = ", ".join(sorted(reference.ids() - known))
+            chosen.left_out[gid] = {
+                "status": "failed",
+                "reason": f"the reference names trajectories the group does not have: {unknown}",
+            }
+        else:
+            chosen.groups.append(item)
+    for sample in range(
+        samples
+    ):  # sample-major: the workers spread over groups (one grading per group at once)
+        for group in chosen.groups:
+            if not record_path(out, group.group_id, sample).exists():
+                chosen.pending.append((group, sample))
+    return chosen
+
+
+class _Workspaces:
+    """One workspace per group, opened on first use and closed when its last pending sample is done. A
+    workspace's git object reader serves one grading at a time, so its group's lock is held while grading."""
+
+    def __init__(self, pending: list[tuple[Group, int]], resources: Concurrency) -> None:
+        self._left: dict[str, int] = {}
+        for group, _ in pending:
+            self._left[group.group_id] = self._left.get(group.group_id, 0) + 1
+        self._open: dict[str, tuple[Any, Workspace | WorkspaceError]] = {}
+        self._locks = {gid: threading.Lock() for gid in self._left}
+        self.grading = {gid: threading.Lock() for gid in self._left}
+        self._resources = resources
+
+    def get(self, group: Group) -> Workspace:
+        with self._locks[group.group_id]:
+            if group.group_id not in self._open:
+                context = open_workspace(group, resources=self._resources)
+                try:
+                    self._open[group.group_id] = (context, context.__enter__())
+                except WorkspaceError as exc:
+                    self._open[group.group_id] = (None, exc)
+            found = self._open[group.group_id][1]
+        if isinstance(found, WorkspaceError):
+            raise found
+        return found
+
+    def done(self, group: Group) -> None:
+        with self._locks[group.group_id]:
+            self._left[group.group_id] -= 1
+            if self._left[group.group_id] == 0 and group.group_id in self._open:
+                context, _ = self._open.pop(group.group_id)
+                if context is not None:
+                    context.__exit__(None, None, None)
+
+
+def reproducible_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A transcript's events without what a rerun changes: timings left out, and the tool-call ids (which
+    servers draw at random) renumbered call_1, call_2, ... in order of appearance.
+
+    Args:
+        events: the transcript's events.
+
+    Returns:
+        New events.
+    """
+    ids: dict[str, str] = {}
+
+    def renumber(value: str) -> str:
+        return ids.setdefault(value, f"call_{len(ids) + 1}")
+
+    cleaned = []
+    for event in events:
+        event = {key: value for key, value in event.items() if key not in TIMING_KEYS}
+        if "call_id" in event:
+            event["call_id"] = renumber(event["call_id"])
+        if event.get("tool_calls"):
+            event["tool_calls"] = [{**call, "id": renumber(call["id"])} for call in event["tool_calls"]]
+        cleaned.append(event)
+    return cleaned
+
+
+def _category(reason: str) -> str:
+    return "budget" if "budget exhausted" in reason else "failure"
+
+
+def grade_sample(
+    group: Group,
+    sample: int,
+    workspace: Workspace,
+    teacher: dict[str, Any],
+    secret: str,
+    reference: Reference,
+    min_agreement: float,
+    scratch: Path,
+) -> dict[str, Any]:
+    """One teacher grading of one group, scored: the record written for (group, sample).
+
+    Args:
+        group: the group.
+        sample: which grading of it (its labels and markers derive from the secret, the group and this).
+        workspace: the group's workspace.
+        teacher: the LLM grader's options (model, base_url, budgets, sandbox, ...).
+        secret: the run's secret.
+        reference: the group's reference.
+        min_agreement: the agreement a transcript needs to be kept.
+        scratch: a folder for the grading's transcript while it runs.
+
+    Returns:
+        The record: status kept or dropped, the category (kept, agreement, budget, failure), the reason,
+        credit, pairs, agreement, ranking, usage, labels (label -> ids), the labels in the order shown,
+        contrast labels, the conversation (when kept) and the transcript's events without timings.
+        Whatever the teacher does (fails, times out, submits nonsense) ends in a record; an exception out of
+        here is a bug in gagar: the run stops without recording the sample, so a rerun grades it again.
+    """
+    grader = LLMGrader(**teacher, seed=sample, secret=secret, transcript_dir=scratch, tool_mode="native")
+    record: dict[str, Any] = {"group_id": group.group_id, "sample": sample}
+    view = workspace.view()
+    try:
+        grade = grader.grade(view)
+        ranking = validate_ranking(grade.ranking, view.gradable())
+        details, usage, transcript = grade.details, grade.usage, grade.transcript
+        failure = None
+    except (GradingFailed, InvalidRanking) as exc:
+        details = dict(getattr(exc, "details", {}) or {})
+        usage = dict(getattr(exc, "usage", {}) or {})
+        transcript, ranking, failure = getattr(exc, "transcript", None), [], str(exc)
+    events = reproducible_events(read_transcript(transcript)) if transcript else []
+    record.update(
+        seed=details.get("seed"),
+        labels=details.get("labels", {}),
+        shown=details.get("shown", []),
+        contrast=list(details.get("contrast", {}).items()),  # pairs, in the order shown
+        usage=usage,
+        ranking=ranking,
+    )
+    if failure is not None:
+        record.update(status="dropped", category=_category(failure), reason=failure, events=events)
+        return record
+    credit, pairs = agreement(ranking, reference)
+    value = credit / pairs if pairs else None
+    record.update(credit=credit, pairs=pairs, agreement=value, events=events)
+    try:
+        record["messages"] = sft.messages_from_events(events)
+    except sft.NotAnExample as exc:
+        record.update(status="dropped", category="failure", reason=str(exc))
+        return record
+    if value is None:
+        record.update(status="dropped", category="agreement", reason="no reference pair among the ranked")
+    elif value < min_agreement:
+        record.update(
+            status="dropped", category="agreement", reason=f"agreement {value:.3f} < {min_agreement:g}"
+        )
+    else:
+        record.update(status="kept", category="kept", reason=f"agreement {value:.3f} >= {min_agreement:g}")
+    return record
+
+
+def run_pending(
+    work: Plan,
+    teacher: dict[str, Any],
+    secret: str,
+    config: DistillConfig,
+    out: Path,
+    resources: Concurrency | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, str]:
+    """Grade every pending (group, sample), writing each record as it finishes.
+
+    Args:
+        work: the plan.
+        teacher: the LLM grader's options.
+        secret: the run's secret.
+        config: the run's settings.
+        out: the output folder.
+        resources: the bounds on LLM calls, sandboxes and builds (the process default when None).
+        on_record: called with each record once written (the CLI's progress bar).
+
+    Returns:
+        Group id -> why its workspace could not be built (those groups record nothing: a later run retries).
+    """
+    resources = resources or default_resources()
+    workspaces = _Workspaces(work.pending, resources)
+    scratch_root = out / "scratch"
+    failed: dict[str, str] = {}
+
+    def one(group: Group, sample: int) -> None:
+        scratch = scratch_root / ref_name(group.group_id) / str(sample)
+        shutil.rmtree(scratch, ignore_errors=True)  # what a killed run left
+        try:
+            workspace = workspaces.get(group)
+        except WorkspaceError as exc:
+            failed[group.group_id] = str(exc)
+            workspaces.done(group)
+            return  # the group fails as a whole; nothing recorded, so a later run tries again
+        try:
+            with workspaces.grading[group.group_id]:
+                record = grade_sample(
+                    group,
+                    sample,
+                    workspace,
+                    teacher,
+                    secret,
+                    work.references[group.group_id],
+                    config.min_agreement,
+                    scratch,
+                )
+            path = record_path(out, group.group_id, sample)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(path, json.dumps(record, sort_keys=True) + "\n")
+        finally:
+            workspaces.done(group)
+            shutil.rmtree(scratch, ignore_errors=True)
+        if on_record is not None:
+            on_record(record)
+
+    with ThreadPoolExecutor(max_workers=config.workers) as pool:
+        for future in [pool.submit(one, group, sample) for group, sample in work.pending]:
+            future.result()
+    shutil.rmtree(scratch_root, ignore_errors=True)
+    return failed
+
+
+def _example_rows(
+    record: dict[str, Any], tools: list[dict[str, Any]], augment: int, secret: str
+) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
+    """(copy, row) for a kept record: the transcript itself (copy 0), then its relabelled copies; and why
+    no copies were made, when relabelling was refused."""
+    rows = [(0, sft.example(record["messages"], tools))]
+    contrast = [label for label, _ in record.get("contrast") or []]
+    for copy in range(1, augment + 1):
+        rng = random.Random(f"{secret}:{record['group_id']}:{record['sample']}:{copy}")
+        try:
+            messages, _ = relabel(record["messages"], record["shown"], contrast, rng)
+        except AugmentationRefused as exc:
+            return rows[:1], str(exc)
+        rows.append((copy, sft.example(messages, tools)))
+    return rows, None
+
+
+def assemble(
+    work: Plan,
+    out: Path,
+    secret: str,
+    config: DistillConfig,
+    header: dict[str, Any],
+    tools: list[dict[str, Any]],
+    workspace_failures: dict[str, str],
+) -> dict[str, Any]:
+    """Write the outputs from the records alone, in (group, sample) order: same records, same files.
+
+    Args:
+        work: the plan.
+        out: the output folder.
+        secret: the run's secret (augmentation draws from it).
+        config: the run's settings.
+        header: the manifest's fixed part (teacher, fingerprints, settings).
+        tools: the tool schemas the trained grader will be served with.
+        workspace_failures: groups whose workspace could not be built, with the reason.
+
+    Returns:
+        The manifest (also written to `out/manifest.json`).
+    """
+    eval_tasks = sft.split_tasks([task_hash(g) for g in work.groups], config.eval_fraction)
+    splits: dict[str, list[dict[str, Any]]] = {"train": [], "eval": []}
+    seen: dict[str, str] = {}
+    transcripts, groups = [], dict(sorted(work.left_out.items()))
+    tokens = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    for group in sorted(work.groups, key=lambda g: g.group_id):
+        gid = group.group_id
+        split = "eval" if task_hash(group) in eval_tasks else "train"
+        if gid in workspace_failures:
+            groups[gid] = {"status": "failed", "reason": workspace_failures[gid]}
+            continue
+        records = []
+        for sample in range(config.samples):
+            path = record_path(out, gid, sample)
+            if path.exists():
+                records.append(json.loads(path.read_text(encoding="utf-8")))
+        kept = 0
+        for record in records:
+            for key in tokens:
+                tokens[key] += int(record.get("usage", {}).get(key, 0))
+            entry = {
+                "group": gid,
+                "sample": record["sample"],
+                "kept": record["status"] == "kept",
+                "why": record["category"],
+                "reason": record["reason"],
+                "agreement": record.get("agreement"),
+                "pairs": record.get("pairs"),
+                "tokens": int(record.get("usage", {}).get("total_tokens", 0)),
+                "tool_calls": int(record.get("usage", {}).get("tool_calls", 0)),
+            }
+            if entry["kept"]:
+                rows = []
+                made, refused = _example_rows(record, tools, config.augment, secret)
+                if refused is not None:
+                    entry["augmentation_refused"] = refused
+                for copy, row in made:
+                    key = sft.row_hash(row)
+                    if key in seen:
+                        if copy == 0:
+                            entry.update(
+                                kept=False, why="duplicate", reason=f"exact duplicate of {seen[key]}"
+                            )
+                        continue
+                    seen[key] = f"{gid}/{record['sample']}" + (f" copy {copy}" if copy else "")
+                    rows.append(row)
+                if entry["kept"]:
+                    kept += 1
+                    entry.update(split=split, rows=len(rows))
+                    splits[split].extend(rows)
+            transcripts.append(entry)
+        groups[gid] = {
+            "status": "distilled",
+            "split": split,
+            "task": task_hash(group),
+            "samples": len(records),
+            "kept": kept,
+        }
+    files = {"train": "sft.jsonl", "eval": "sft_eval.jsonl"}
+    for name, rows in splits.items():
+        _write_atomic(out / files[name], "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+        if config.openai:
+            text = "".join(json.dumps(sft.openai_example(row), sort_keys=True) + "\n" for row in rows)
+            _write_atomic(out / f"openai_{name}.jsonl", text)
+    why = [t["why"] for t in transcripts]
+    manifest = {
+        **header,
+        "counts": {
+            "groups": len(groups),
+            "distilled": sum(g["status"] == "distilled" for g in groups.values()),
+            "refused": sum(g["status"] == "refused" for g in groups.values()),
+            "failed": sum(g["status"] == "failed" for g in groups.values()),
+            "transcripts": len(transcripts),
+            "kept": why.count("kept"),
+            "dropped": {c: why.count(c) for c in ("agreement", "budget", "failure", "duplicate")},
+            "keep_rate": round(why.count("kept") / len(why), 4) if why else None,
+            "rows": {"train": len(splits["train"]), "eval": len(splits["eval"])},
+        },
+        "tokens": tokens,
+        "groups": groups,
+        "transcripts": transcripts,
+    }
+    _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def run_header(
+    teacher: dict[str, Any], config: DistillConfig, reference: Path, benchmarks: Benchmarks
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The manifest's fixed part: teacher, fingerprints of prompts and tool schemas, settings.
+
+    Args:
+        teacher: the LLM grader's options.
+        config: the run's settings.
+        reference: the reference file.
+        benchmarks: the benchmarks consulted.
+
+    Returns:
+        (header, tool schemas the trained grader will be served with).
+    """
+    grader = LLMGrader(**teacher, tool_mode="native")
+    prompts = grader.prompts
+    where = LLMGrader(**{**teacher, "base_url": None}, tool_mode="native")  # the teacher, wherever served
+    tools = tool_schemas(offered_tools(prompts.tools, run=grader.config.sandbox is not None))
+    settings = {k: v for k, v in asdict(config).items() if k != "workers"}
+    header = {
+        "format": FORMAT,
+        "teacher": {
+            "model": grader.config.model,
+            "base_url": grader.config.base_url,
+            "fingerprint": _sha(where.fingerprint()),
+        },
+        "fingerprints": {
+            "prompts": _sha(json.dumps([prompts.system, prompts.task], sort_keys=True)),
+            "tools": _sha(json.dumps(tools, sort_keys=True)),
+            "reference": hashlib.sha256(reference.read_bytes()).hexdigest()[:16],
+        },
+        "settings": settings,
+        "benchmarks": [str(folder) for folder in benchmarks.folders],
+        "files": {"train": "sft.jsonl", "eval": "sft_eval.jsonl", "records": "records/"},
+    }
+    return header, tools
+
+
+def check_resume(out: Path, header: dict[str, Any]) -> None:
+    """Refuse to continue a run whose teacher, prompts, tools, reference or settings were different.
+
+    Args:
+        out: the output folder.
+        header: this run's manifest header.
+
+    Raises:
+        DistillError: `out/run.json` records another run; the message names what differs.
+    """
+    path = out / "run.json"
+    identity = {k: header[k] for k in ("format", "fingerprints", "settings")}
+    # The teacher by model and fingerprint, not by address: a resumed run may reach it on another port.
+    identity["teacher"] = {k: v for k, v in header["teacher"].items() if k != "base_url"}
+    if path.exists():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        differs = sorted(k for k in identity if before.get(k) != identity[k])
+        if differs:
+            raise DistillError(
+                f"{out} holds a run with other {', '.join(differs)}; use a new folder (or the same options)"
+            )
+        return
+    _write_atomic(path, json.dumps(identity, indent=2, sort_keys=True) + "\n")
+
+
+def distill(
+    inputs: list[Path],
+    reference: Path,
+    teacher: dict[str, Any],
+    out: Path,
+    config: DistillConfig | None = None,
+    benchmarks: Benchmarks | None = None,
+    resources: Concurrency | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Distil a teacher: grade, score, keep, and write the SFT data and its manifest (resumable).
+
+    Args:
+        inputs: group files.
+        reference: the reference file, any kind `grader.references.load_references` reads (pairwise,
+            ranking, degrade, consensus).
+        teacher: the LLM grader's options (`LLMConfig` fields: model, base_url, budgets, sandbox, ...).
+        out: the output folder.
+        config: samples, threshold, augmentation, split, formats, workers.
+        benchmarks: groups refused as training input (default: none).
+        resources: bounds on LLM calls, sandboxes and builds (the process default when None).
+        on_plan: called once with the plan, before any teacher call.
+        on_record: called with each record as it is written.
+
+    Returns:
+        The manifest.
+
+    Raises:
+        DistillError: the output folder cannot be written, or holds a run with other settings.
+        InputFileError, InvalidReference: the reference file cannot be read or is not a valid reference.
+    """
+    config = config or DistillConfig()
+    benchmarks = benchmarks or Benchmarks()
+    secret = prepare_out(out)
+    references = load_references(reference)
+    header, tools = run_header(teacher, config, reference, benchmarks)
+    with _run_lock(out):
+        check_resume(out, header)
+        work = plan(inputs, references, benchmarks, out, config.samples)
+        if on_plan is not None:
+            on_plan(work)
+        failures = run_pending(work, teacher, secret, config, out, resources, on_record)
+        return assemble(work, out, secret, config, header, tools, failures)
