@@ -5,8 +5,9 @@ group of a task (`init`, `rev-parse` of the base, `read-tree` of the base, `upda
 workspace took ~100 ms of wall time inside the grading slot (one journaled `rmdir` per loose-object fan-out
 directory). Here the repository is laid out without a process, the base's commit, tree and index are kept
 per process (they never change for a full commit id), refs go into `packed-refs` in one write, and removal
-runs on a background thread after the workspace has been renamed out of the way. New workspaces go to a
-tmpfs when one with room is available (`workspace_parent`).
+runs on a background thread after the workspace has been renamed out of the way. Patches are applied on
+threads started once per process, not per build (`map_on_pool`), and new workspaces go to a tmpfs when one
+with room is available (`workspace_parent`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TypeVar
 
 from grader.gitcmd import git, out
 
+T = TypeVar("T")
+R = TypeVar("R")
 FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 INDEX_MEMO_BYTES = 64 * 1024 * 1024
 """Most bytes of base indexes kept in memory per process (a 7,000-file repository's index is ~700 KB)."""
@@ -178,6 +183,49 @@ class BaseMemo:
 
 base_memo = BaseMemo()
 """The process's memo; every workspace shares it."""
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _apply_pool() -> ThreadPoolExecutor:
+    """The threads every build applies patches on (their work is git processes: a few per core suffice)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=4 * (os.cpu_count() or 1), thread_name_prefix="gagar-apply"
+            )
+        return _pool
+
+
+def map_on_pool(fn: Callable[[T], R], items: list[T], limit: int) -> list[R]:
+    """`fn` over `items` on the process's apply threads (started once, not per build), at most `limit` at a
+    time.
+
+    Args:
+        fn: what to run on each item.
+        items: the items.
+        limit: most items in flight at once for this call (other calls share the threads).
+
+    Returns:
+        The results, in the order of `items`.
+
+    Raises:
+        Exception: whatever `fn` raised, for the first item whose call raised.
+    """
+    results: dict[int, R] = {}
+    pending: dict[Future[R], int] = {}
+    queue = list(enumerate(items))
+    while queue or pending:
+        while queue and len(pending) < limit:
+            index, item = queue.pop(0)
+            pending[_apply_pool().submit(fn, item)] = index
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            results[pending.pop(future)] = future.result()
+    return [results[i] for i in range(len(items))]
 
 
 class Remover:

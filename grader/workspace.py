@@ -17,7 +17,6 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -31,7 +30,7 @@ from grader.concurrency import Concurrency, default_resources
 from grader.errors import WorkspaceError
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
 from grader.mirrors import MirrorCache, shared_cache
-from grader.models import Group, PatchStats, Task
+from grader.models import Group, PatchStats, Task, Trajectory
 from grader.view import BASE, CandidateInfo, WorkspaceView
 
 BASE_REF = "refs/heads/base"
@@ -133,14 +132,15 @@ class Workspace:
         first: dict[str, int] = {}
         trajectories = self.group.trajectories
         unique = [(n, t) for n, t in enumerate(trajectories) if first.setdefault(t.patch, n) == n]
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(unique)))) as pool:
-            applied = dict(
-                zip(
-                    [n for n, _ in unique],
-                    pool.map(lambda item: self._apply(*item, base_index, max_patch_bytes, max_fuzz), unique),
-                    strict=True,
-                )
-            )
+
+        def apply(item: tuple[int, Trajectory]) -> str | None:
+            return self._apply(*item, base_index, max_patch_bytes, max_fuzz)
+
+        if workers <= 1 or len(unique) <= 1:
+            trees = [apply(item) for item in unique]
+        else:
+            trees = bare.map_on_pool(apply, unique, workers)  # threads started once per process
+        applied = dict(zip([n for n, _ in unique], trees, strict=True))
         for n, t in enumerate(trajectories):
             if first[t.patch] != n:
                 _share_outcome(self.candidates[trajectories[first[t.patch]].id], self.candidates[t.id])

@@ -191,3 +191,29 @@ def test_workspaces_go_where_asked_else_to_a_roomy_tmpfs(
     assert bare.workspace_parent() == (Path("/dev/shm") if roomy else None)
     monkeypatch.setattr(bare, "MIN_SHM_FREE", 1 << 60)  # a container's 64 MiB /dev/shm: not used
     assert bare.workspace_parent() is None
+
+
+def test_builds_share_the_apply_threads_in_order_within_their_limit() -> None:
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow_square(x: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threading.Event().wait(0.02)
+        with lock:
+            running[0] -= 1
+        return x * x
+
+    assert bare.map_on_pool(slow_square, list(range(12)), limit=3) == [x * x for x in range(12)]
+    assert most[0] == 3  # never more in flight than the build asked for
+    threads = {t.name for t in threading.enumerate() if t.name.startswith("gagar-apply")}
+    bare.map_on_pool(slow_square, list(range(6)), limit=6)
+    assert {t.name for t in threading.enumerate() if t.name.startswith("gagar-apply")} >= threads  # reused
+
+    def fails(x: int) -> int:
+        raise ValueError(f"item {x}")
+
+    with pytest.raises(ValueError, match="item"):
+        bare.map_on_pool(fails, [1, 2], limit=2)
