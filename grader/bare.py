@@ -200,6 +200,15 @@ def _apply_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool() -> None:
+    # A forked child has none of the parent's threads, but the executor would count them: it starts its own.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def map_on_pool(fn: Callable[[T], R], items: list[T], limit: int) -> list[R]:
     """`fn` over `items` on the process's apply threads (started once, not per build), at most `limit` at a
     time.

@@ -4,6 +4,7 @@ packed in one write, removal off the grading's path; and that git reads all of i
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -211,6 +212,16 @@ def test_builds_share_the_apply_threads_in_order_within_their_limit() -> None:
     threads = {t.name for t in threading.enumerate() if t.name.startswith("gagar-apply")}
     bare.map_on_pool(slow_square, list(range(6)), limit=6)
     assert {t.name for t in threading.enumerate() if t.name.startswith("gagar-apply")} >= threads  # reused
+
+    pid = os.fork()  # a child forked after the threads started builds with threads of its own
+    if pid == 0:
+        try:
+            signal.alarm(10)  # without its own threads the child would wait forever: fail instead
+            os._exit(0 if bare.map_on_pool(abs, [-1, -2, -3], limit=2) == [1, 2, 3] else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
     def fails(x: int) -> int:
         raise ValueError(f"item {x}")
