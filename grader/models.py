@@ -7,7 +7,7 @@ first; nothing deeper in the pipeline re-validates.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -152,6 +152,31 @@ class TrajectoryReport(BaseModel):
     rationale: str | None = None
 
 
+class LengthSignal(BaseModel):
+    """Does a graded group's credit follow length? Kendall's tau-b over its ranked trajectories (see
+    `grader.length`): +1 when longer always got more credit, -1 when shorter always did, None when either side
+    is all ties (or fewer than two were ranked)."""
+
+    source: Literal["response_length", "patch_size"]
+    """What `lengths` are: response tokens from the group file, or, when any ranked trajectory lacks
+    `response_length`, its patch size in changed lines (so `*_vs_length` repeat `*_vs_patch_size`)."""
+    n: int
+    """Ranked trajectories the correlations are taken over."""
+    weight_vs_length: float | None = None
+    advantage_vs_length: float | None = None
+    """Against the advantage after redistribution (before it, passing advantages often all tie)."""
+    weight_vs_patch_size: float | None = None
+    advantage_vs_patch_size: float | None = None
+    top_length: float | None = None
+    """Mean length of the first tier of the ranking."""
+    bottom_length: float | None = None
+    """Mean length of the last tier."""
+    lengths: dict[str, float] = Field(default_factory=dict)
+    """Length of each ranked trajectory, in `source` units."""
+    patch_sizes: dict[str, int] = Field(default_factory=dict)
+    """Changed lines (added + removed) of each ranked trajectory's patch."""
+
+
 class GroupResult(BaseModel):
     """One line of results.jsonl: everything known about one group after grading."""
 
@@ -176,6 +201,8 @@ class GroupResult(BaseModel):
     transcript: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
     seconds: float = 0.0
+    length: LengthSignal | None = None
+    """The length-growth monitor's reading of a graded group (None for the others)."""
 
 
 GroupGrade = GroupResult

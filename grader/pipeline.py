@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import patches, redistribute
+from grader import length, patches, redistribute
 from grader.concurrency import Concurrency, default_resources
 from grader.errors import BaseCommitMissing, GradingFailed, InvalidRanking, WorkspaceError
 from grader.formats import LoadError
@@ -158,6 +158,8 @@ def grade_group_sync(
     if result.status == "failed":
         result.advantages_after = dict(result.advantages_before)
         result.ranking, result.weights = [], {}
+    else:
+        result.length = length.group_signal(group, result)
     result.seconds = round(time.perf_counter() - start, 4)
     return result
 

@@ -17,21 +17,20 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from git import Repo
 from git.objects import Blob, Tree
 from unidiff import PatchSet
 
-from grader import hunks, patches
+from grader import bare, hunks, patches
 from grader.concurrency import Concurrency, default_resources
 from grader.errors import BaseCommitMissing, WorkspaceError
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
 from grader.mirrors import MirrorCache, shared_cache
-from grader.models import Group, PatchStats, Task
+from grader.models import Group, PatchStats, Task, Trajectory
 from grader.view import BASE, CandidateInfo, WorkspaceView
 
 BASE_REF = "refs/heads/base"
@@ -114,42 +113,44 @@ class Workspace:
 
     def build(self, max_patch_bytes: int, max_fuzz: int, workers: int) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        # No template: no sample hooks, no description; the workspace holds only what gagar puts there.
-        git(["init", "--bare", "--quiet", "--template=", str(self.git_dir)])
-        (self.git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (self.git_dir / "objects" / "info" / "alternates").write_text(str(self.mirror / "objects") + "\n")
+        # No git process: the layout of `git init --bare --template=` with the mirror's objects borrowed.
+        bare.init_bare(self.git_dir, self.mirror / "objects", head=BASE_REF)
         try:
-            self.base_commit, base_tree = out(
-                [
-                    "rev-parse",
-                    f"{self.group.task.base_commit}^{{commit}}",
-                    f"{self.group.task.base_commit}^{{tree}}",
-                ],
-                git_dir=self.git_dir,
-            ).split()
+            self.base_commit, base_tree = bare.base_memo.resolve(
+                self.git_dir, self.mirror, self.group.task.base_commit
+            )
         except (GitError, ValueError) as exc:
             raise WorkspaceError(
                 f"group {self.group.group_id!r}: base commit {self.group.task.base_commit!r} not found"
             ) from exc
         base_index = self.path / "tmp" / "base.index"
         base_index.parent.mkdir()
-        git(["read-tree", self.base_commit], git_dir=self.git_dir, env={"GIT_INDEX_FILE": str(base_index)})
+        bare.base_memo.write_index(self.git_dir, base_tree, base_index)
 
         for t in self.group.trajectories:
             namespace = CANDIDATE_NAMESPACE if t.passed else FAILING_NAMESPACE
             self.candidates[t.id] = Candidate(t.id, bool(t.passed), namespace + ref_name(t.id))
 
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            trees = list(
-                pool.map(
-                    lambda item: self._apply(item[0], item[1], base_index, max_patch_bytes, max_fuzz),
-                    enumerate(self.group.trajectories),
-                )
-            )
-        self._commit(trees, base_tree)
+        # Rollouts that converged submit the same patch: it is applied once and its outcome shared.
+        first: dict[str, int] = {}
+        trajectories = self.group.trajectories
+        unique = [(n, t) for n, t in enumerate(trajectories) if first.setdefault(t.patch, n) == n]
+
+        def apply(item: tuple[int, Trajectory]) -> str | None:
+            return self._apply(*item, base_index, max_patch_bytes, max_fuzz)
+
+        if workers <= 1 or len(unique) <= 1:
+            trees = [apply(item) for item in unique]
+        else:
+            trees = bare.map_on_pool(apply, unique, workers)  # threads started once per process
+        applied = dict(zip([n for n, _ in unique], trees, strict=True))
+        for n, t in enumerate(trajectories):
+            if first[t.patch] != n:
+                _share_outcome(self.candidates[trajectories[first[t.patch]].id], self.candidates[t.id])
+        self._commit([applied[first[t.patch]] for t in trajectories], base_tree)
         self._verify(max_fuzz)
         self._classify()
-        shutil.rmtree(self.path / "tmp", ignore_errors=True)
+        bare.remover.remove(self.path / "tmp")  # index files: deleted off the grading's path
 
     def _apply(self, n: int, trajectory, base_index: Path, max_patch_bytes: int, max_fuzz: int) -> str | None:
         candidate = self.candidates[trajectory.id]
@@ -188,7 +189,7 @@ class Workspace:
         return None
 
     def _commit(self, trees: list[str | None], base_tree: str) -> None:
-        """Write every commit object (no process), then every ref in one git process."""
+        """Write every commit object, then every ref, without a git process."""
         built = zip(self.candidates.values(), trees, strict=True)
         pending = [(c, tree) for c, tree in built if tree is not None]
         to_write = [(c, tree) for c, tree in pending if tree and tree != base_tree]
@@ -201,9 +202,8 @@ class Workspace:
                 f"committer {COMMIT_IDENTITY} {COMMIT_EPOCH}\n\ntrajectory {c.trajectory_id}\n"
             )
             c.commit = self._write_object("commit", body.encode())
-        updates = [f"update {BASE_REF} {self.base_commit}"]
-        updates += [f"update {c.ref} {c.commit}" for c in self.candidates.values() if c.commit]
-        git(["update-ref", "--stdin"], git_dir=self.git_dir, input=("\n".join(updates) + "\n").encode())
+        refs = {BASE_REF: self.base_commit} | {c.ref: c.commit for c in self.candidates.values() if c.commit}
+        bare.write_packed_refs(self.git_dir, refs)  # a new repository: one file, no `update-ref` process
 
     def _write_object(self, kind: str, body: bytes) -> str:
         """Store a loose object the way git does (zlib of "kind size\\0body", named by its SHA-1)."""
@@ -471,6 +471,17 @@ class Workspace:
             self._repo = None
 
 
+_IDENTITY_FIELDS = frozenset({"trajectory_id", "passed", "ref"})
+
+
+def _share_outcome(source: Candidate, target: Candidate) -> None:
+    """Give `target` (the same patch as `source`) what applying and validating it found."""
+    for f in fields(Candidate):
+        if f.name not in _IDENTITY_FIELDS:
+            value = getattr(source, f.name)
+            setattr(target, f.name, value.model_copy(deep=True) if isinstance(value, PatchStats) else value)
+
+
 def _split_diff_tree(text: str, commits: list[str]) -> dict[str, str]:
     wanted = set(commits)
     result: dict[str, list[str]] = {}
@@ -531,7 +542,8 @@ def open_workspace(
 ) -> Iterator[Workspace]:
     """Build the workspace of a completed group (see `models.complete_group`) and remove it on exit.
 
-    `root` is where it lives (a new temporary directory by default); with `keep` it stays for inspection.
+    `root` is where it lives (by default a new temporary directory under `bare.workspace_parent()`: a tmpfs
+    when one with room is available); with `keep` it stays for inspection.
     `resources` bound concurrent builds (`resources.workspace`, held while building) and are what graders
     of this workspace share (the process default when not given).
     Trajectory-level problems (a patch that is invalid or does not apply) are recorded on the trajectory's
@@ -545,7 +557,10 @@ def open_workspace(
     except (FileNotFoundError, GitError) as exc:
         raise WorkspaceError(f"group {group.group_id!r}: {exc}") from exc
     if root is None:
-        path = Path(tempfile.mkdtemp(prefix=f"gagar-{ref_name(group.group_id)}-"))
+        parent = bare.workspace_parent()
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=f"gagar-{ref_name(group.group_id)}-", dir=parent))
     else:
         path = Path(root)
         if path.exists() and any(path.iterdir()):
@@ -558,4 +573,4 @@ def open_workspace(
     finally:
         workspace.close()
         if not keep:
-            shutil.rmtree(path, ignore_errors=True)
+            bare.remover.remove(path)  # gone from `path` now; its files are deleted off the grading's path

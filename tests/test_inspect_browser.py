@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -20,6 +21,7 @@ import pytest
 
 import grader.inspect.report as report_module
 from grader.inspect.report import write_report
+from tests.conftest import REPO_ROOT, run_gagar
 from tests.test_inspect_runs import GROUP, HOSTILE_GROUP, heuristic_run, hostile_run, llm_run, synthetic_run
 
 __all__ = ["heuristic_run", "hostile_run", "llm_run"]
@@ -119,6 +121,29 @@ def test_hostile_content_stays_text(hostile_run: Path, tmp_path: Path) -> None:
     assert '&lt;img src=x onerror=console.error("pwned-2")&gt;' in page
     assert "sneaky &lt;b&gt;bold&lt;/b&gt;" in page and 'class="alert"' in page  # the injection flag
     screenshot(path, tmp_path, HOSTILE_GROUP, "hostile-group.png")
+
+
+def test_the_length_monitor_in_the_page(tmp_path: Path) -> None:
+    """A step whose lengths follow the grader's preference (examples/length_steps.py), graded by the CLI: the
+    summary has the tau histogram, an opened group its weight-against-length scatter."""
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    from length_steps import write_steps
+
+    (groups,) = write_steps(tmp_path / "groups", steps=1, groups=3, rewarding_from=1, seed=0)
+    run = tmp_path / "run"
+    proc = run_gagar("grade", str(groups), "--out", str(run))
+    assert proc.returncode == 0, proc.stderr
+    path = write_report(run, tmp_path / "report.html")
+    page = dom(path, tmp_path, "step1-group0")
+    summary = page[page.index('id="summary"') : page.index("<h2>Groups</h2>")]
+    assert "Credit vs length (Kendall tau per group)" in summary and "rose 3 · fell 0 of 3 groups" in summary
+    assert summary.count('<svg class="hist"') == 2  # weight spread and tau
+    assert page.count('<svg class="chart scatter"') == 1
+    scatter = page[page.index('<svg class="chart scatter"') :]
+    scatter = scatter[: scatter.index("</svg>")]
+    assert scatter.count("<circle") == 5 and "response length (tokens)" in scatter
+    assert "Kendall tau with response length (tokens): weight +0.95" in page
+    screenshot(path, tmp_path, "step1-group0", "length-group.png")
 
 
 def test_sorting_filtering_and_opening_in_the_page(

@@ -35,6 +35,7 @@ RESULT_KEYS = {
     "transcript",
     "details",
     "seconds",
+    "length",
 }
 
 

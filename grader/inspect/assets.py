@@ -91,6 +91,9 @@ svg.chart rect.before, svg.chart rect.swatch-before { fill: var(--before); }
 svg.chart rect.after, svg.chart rect.swatch-after { fill: var(--after); }
 svg.chart rect.after.neg { fill: var(--after-neg); }
 svg.chart line.axis { stroke: var(--fg); stroke-width: 1; }
+svg.scatter circle { fill: var(--after); fill-opacity: 0.75; stroke: var(--bg); stroke-width: 1; }
+svg.scatter line.grid { stroke: var(--line); stroke-width: 1; }
+svg.scatter text.muted { fill: var(--muted); }
 .cands { display: grid; grid-auto-flow: column; grid-auto-columns: minmax(420px, 1fr); gap: 12px;
   align-items: start; overflow-x: auto; padding-bottom: 6px; }
 .cand { border: 1px solid var(--line); border-radius: 8px; background: var(--bg); min-width: 0;
@@ -174,21 +177,24 @@ JS = r"""
   function list(items) {
     return el("ul", null, ...items.map((item) => el("li", { text: item })));
   }
-  function histogram(buckets) {
+  function histogram(buckets, lo = 0, hi = 1, what = "spread") {
     const width = 200, height = 44, bw = width / buckets.length, top = Math.max(1, ...buckets);
     const root = svg("svg", { class: "hist", viewBox: `0 0 ${width} ${height + 12}`, width,
       height: height + 12 });
+    const edge = (b) => lo + (b / buckets.length) * (hi - lo);
     buckets.forEach((n, b) => {
       const h = (n / top) * height;
       const bar = svg("rect", { x: b * bw + 1, y: height - h, width: bw - 2, height: h });
-      const range = `${(b / buckets.length).toFixed(1)}-${((b + 1) / buckets.length).toFixed(1)}`;
-      bar.append(svg("title", {}, `spread ${range}: ${plural(n, "group")}`));
+      const range = `${edge(b).toFixed(1)} to ${edge(b + 1).toFixed(1)}`;
+      bar.append(svg("title", {}, `${what} ${range}: ${plural(n, "group")}`));
       root.append(bar);
     });
-    root.append(svg("text", { x: 0, y: height + 11 }, "0"),
-      svg("text", { x: width - 6, y: height + 11 }, "1"));
+    root.append(svg("text", { x: 0, y: height + 11 }, String(lo)),
+      svg("text", { x: width, y: height + 11, "text-anchor": "end" }, String(hi)));
     return root;
   }
+  const tau = (v) => (missing(v) ? "-" : (v >= 0 ? "+" : "") + v.toFixed(2));
+  const LENGTH_UNITS = { response_length: "tokens", patch_size: "patch lines (no response_length)" };
   function renderSummary() {
     const s = index.summary, st = s.statuses;
     document.getElementById("run").textContent =
@@ -212,6 +218,14 @@ JS = r"""
       cards.push(card("Weight spread (best - worst)",
         el("div", { text: ["median", "min", "max"].map((k) => `${k} ${p[k].toFixed(3)}`).join(" · ") }),
         histogram(s.spread_histogram)));
+    }
+    const L = index.length;
+    if (L) {
+      const units = Object.entries(L.sources).map(([k, n]) => `${n} in ${LENGTH_UNITS[k] || k}`).join(", ");
+      const means = `weight ${tau(L.weight)} · advantage ${tau(L.advantage)} · patch size ${tau(L.patch)}`;
+      const counts = `rose ${L.rose} · fell ${L.fell} of ${plural(L.graded, "group")}; ${units}`;
+      cards.push(card("Credit vs length (Kendall tau per group)", el("div", { text: means }),
+        el("div", { class: "muted", text: counts }), histogram(L.histogram, -1, 1, "tau(weight, length)")));
     }
     if (s.flags.length) {
       const lines = s.flags.map(([name, c, g]) =>
@@ -368,6 +382,7 @@ JS = r"""
     }
     if (g.ranking.length) body.append(...section("Ranking", ranking(g)));
     body.append(...section("Advantages before and after", chart(g)));
+    if (g.length) body.append(...section("Credit vs length", lengthChart(g)));
     const note = g.patch_note ? el("p", { class: "note", text: g.patch_note }) : null;
     body.append(...section("Candidates", note, candidates(g)));
     if (g.transcript !== null || g.transcript_note) body.append(...section("Transcript", transcript(g)));
@@ -418,6 +433,51 @@ JS = r"""
     });
     root.append(svg("line", { class: "axis", x1: zero, x2: zero, y1: top - 2, y2: height - 4 }));
     return root;
+  }
+  // Each ranked trajectory as a point: its length across, its weight up; the taus say it in one number.
+  function lengthChart(g) {
+    const L = g.length, ids = Object.keys(L.lengths);
+    const weight = new Map(g.candidates.map((c) => [c.id, c.weight]));
+    const xs = ids.map((t) => L.lengths[t]), ys = ids.map((t) => weight.get(t) ?? 0);
+    const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(0, ...ys), y1 = Math.max(1, ...ys);
+    const left = 56, right = 24, top = 26, plotW = 520, plotH = 180, width = left + plotW + right;
+    const height = top + plotH + 40;
+    const px = (v) => left + (x1 > x0 ? (v - x0) / (x1 - x0) : 0.5) * plotW;
+    const py = (v) => top + (1 - (v - y0) / (y1 - y0)) * plotH;
+    const unit = L.source === "response_length" ? "response length (tokens)"
+      : "patch size (changed lines; no response_length given)";
+    const root = svg("svg", { class: "chart scatter", viewBox: `0 0 ${width} ${height}`, width, height,
+      role: "img" });
+    root.append(svg("title", {}, `weight against ${unit}, one point per ranked trajectory`));
+    for (const v of [y0, (y0 + y1) / 2, y1]) {
+      root.append(svg("line", { class: "grid", x1: left, x2: left + plotW, y1: py(v), y2: py(v) }),
+        svg("text", { class: "muted", x: left - 6, y: py(v) + 4, "text-anchor": "end" }, v.toFixed(2)));
+    }
+    root.append(svg("line", { class: "axis", x1: left, x2: left + plotW, y1: top + plotH, y2: top + plotH }),
+      svg("text", { class: "muted", x: left, y: top + plotH + 16 }, String(x0)),
+      svg("text", { class: "muted", x: left + plotW, y: top + plotH + 16, "text-anchor": "end" }, String(x1)),
+      svg("text", { x: left + plotW / 2, y: top + plotH + 32, "text-anchor": "middle" }, unit),
+      svg("text", { x: 12, y: top + plotH / 2, transform: `rotate(-90 12 ${top + plotH / 2})`,
+        "text-anchor": "middle" }, "weight"));
+    const points = new Map();  // trajectories at the same spot share one point and one label
+    ids.forEach((t, k) => {
+      const key = `${xs[k]}|${ys[k]}`;
+      if (!points.has(key)) points.set(key, { x: xs[k], y: ys[k], ids: [] });
+      points.get(key).ids.push(t);
+    });
+    for (const p of points.values()) {
+      const dot = svg("circle", { cx: px(p.x), cy: py(p.y), r: 6 });
+      dot.append(svg("title", {}, `${p.ids.join(", ")}: length ${p.x}, weight ${fixed(p.y, 3)}`));
+      const name = p.ids.join(", "), label = name.length > 30 ? name.slice(0, 29) + "…" : name;
+      const right = px(p.x) > left + plotW * 0.7;
+      root.append(dot, svg("text", { class: "muted", x: px(p.x) + (right ? -9 : 9), y: py(p.y) - 8,
+        "text-anchor": right ? "end" : "start" }, label));
+    }
+    const line = `Kendall tau with ${unit}: weight ${tau(L.weight_vs_length)}, advantage after `
+      + `${tau(L.advantage_vs_length)} · with patch size: weight ${tau(L.weight_vs_patch_size)}, advantage `
+      + `after ${tau(L.advantage_vs_patch_size)} · mean length of the top tier ${L.top_length}, `
+      + `of the bottom tier ${L.bottom_length}`;
+    return el("div", { class: "length" }, el("p", { class: "muted", text: line }), root);
   }
   function candidates(g) {
     const box = el("div", { class: "cands" });

@@ -1,4 +1,4 @@
-"""The `show`, `report` and `diff` subcommands of `gagar`: argument parsing and printing only.
+"""The `show`, `report`, `trend` and `diff` subcommands of `gagar`: argument parsing and printing only.
 
 `register(subparsers)` adds them to gagar's parser; `main` runs them on their own
 (`python -m grader.inspect.cli`),
@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.inspect import diff, show
+from grader import length
+from grader.inspect import diff, show, trend
 from grader.inspect.report import REPORT, write_report
 from grader.inspect.run import load_run
+from grader.length import RewardingLength
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -48,8 +50,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trend(args: argparse.Namespace) -> int:
+    rule = RewardingLength(window=args.window, min_mean_tau=args.min_tau, max_p=args.max_p)
+    steps = trend.read_steps(args.run_dirs)
+    with show.output() as console:
+        warning = trend.render(console, steps, rule)
+    return 3 if warning is not None and args.strict else 0
+
+
 def register(subparsers: Any) -> None:
-    """Add `show`, `report` and `diff` to an argparse subparsers object (gagar's `build_parser`)."""
+    """Add `show`, `report`, `trend` and `diff` to an argparse subparsers object (gagar's `build_parser`)."""
     parser = subparsers.add_parser("show", help="summarize a run, or show one group's decision in full")
     parser.add_argument("run_dir", type=Path, help="run directory of `gagar grade --out`")
     parser.add_argument("group_id", nargs="?", help="a group to show in full (default: the run summary)")
@@ -65,6 +75,34 @@ def register(subparsers: Any) -> None:
     parser.add_argument("run_dir", type=Path, help="run directory of `gagar grade --out`")
     parser.add_argument("-o", "--output", type=Path, help=f"where to write it (default: RUN_DIR/{REPORT})")
     parser.set_defaults(func=cmd_report)
+
+    parser = subparsers.add_parser(
+        "trend", help="the length-growth monitor across training steps (one run directory per step)"
+    )
+    parser.add_argument(
+        "run_dirs",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directories, in step order (mind that a shell glob puts run-10 before run-2)",
+    )
+    parser.add_argument(
+        "--window", type=int, default=length.WINDOW, help="steps the warning looks back over (0: all)"
+    )
+    parser.add_argument(
+        "--min-tau",
+        type=float,
+        default=length.MIN_MEAN_TAU,
+        help="mean Kendall tau(weight, length) over the window at or above which it warns",
+    )
+    parser.add_argument(
+        "--max-p",
+        type=float,
+        default=length.MAX_SIGN_P,
+        help="sign-test p-value (groups with positive vs negative tau) below which it warns",
+    )
+    parser.add_argument("--strict", action="store_true", help="exit with status 3 when it warns")
+    parser.set_defaults(func=cmd_trend)
 
     parser = subparsers.add_parser("diff", help="what distinguishes two candidates of a group")
     parser.add_argument("run_dir", type=Path, help="run directory of `gagar grade --out`")

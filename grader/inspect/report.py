@@ -31,11 +31,13 @@ from grader.inspect.run import (
     weight_spread,
 )
 from grader.inspect.steps import to_steps
+from grader.length import read_step
 from grader.models import GroupResult
 
 REPORT = "report.html"
 MAX_TEXT = 200_000  # characters of one patch or tool result kept in the page; past that, cut with a note
 SPREAD_BUCKETS = 10
+TAU_BUCKETS = 10
 
 
 def embed_json(value: Any) -> str:
@@ -83,6 +85,7 @@ def index_payload(run: Run, generated: str, shared: SharedTexts) -> dict[str, An
     return {
         "run": str(run.directory),
         "generated": generated,
+        "length": length_payload(run),
         "patches": run.groups is not None,
         "summary": {
             "groups": summary.groups,
@@ -103,6 +106,27 @@ def index_payload(run: Run, generated: str, shared: SharedTexts) -> dict[str, An
         },
         "rows": rows,
         "texts": shared.texts,
+    }
+
+
+def length_payload(run: Run) -> dict[str, Any] | None:
+    """The run's length signal for the summary: mean taus, where lengths came from, a histogram of the
+    per-group tau(weight, length) over [-1, 1]; None when no graded group carries one."""
+    reading = read_step(str(run.directory), run.results)
+    if not reading.graded:
+        return None
+    histogram = [0] * TAU_BUCKETS
+    for tau in reading.taus:
+        histogram[min(TAU_BUCKETS - 1, int((tau + 1) / 2 * TAU_BUCKETS))] += 1
+    return {
+        "graded": reading.graded,
+        "sources": reading.sources,
+        "weight": reading.mean(reading.taus),
+        "advantage": reading.mean(reading.advantage_taus),
+        "patch": reading.mean(reading.patch_taus),
+        "rose": sum(t > 0 for t in reading.taus),
+        "fell": sum(t < 0 for t in reading.taus),
+        "histogram": histogram,
     }
 
 
@@ -197,6 +221,7 @@ def group_payload(run: Run, result: GroupResult, shared: SharedTexts | None = No
         "usage": list(result.usage.items()),
         "flags": [[tid, hits] for tid, hits in result.flags.items() if hits],
         "ranking": result.ranking,
+        "length": None if result.length is None else result.length.model_dump(mode="json"),
         "candidates": candidates,
         "patch_note": run.patch_note(result.group_id),
         "transcript": transcript,

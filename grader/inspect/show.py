@@ -34,7 +34,8 @@ from grader.inspect.run import (
     weight_spread,
 )
 from grader.inspect.steps import Step, looks_like_diff, to_steps
-from grader.models import GroupResult
+from grader.length import StepReading, read_step
+from grader.models import GroupResult, LengthSignal
 
 PIPED_WIDTH = 120  # piped output lands in files and pagers, where rich's 80-column default squeezes tables
 SHORT_LINES = 12  # lines of a long message or tool result shown before "--full"
@@ -98,6 +99,36 @@ def signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.4f}"
 
 
+def _tau(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
+
+
+def length_summary(reading: StepReading) -> str:
+    """One line on a run's length signal: mean Kendall taus and where lengths came from."""
+    sources = ", ".join(
+        f"{n} in {'tokens' if s == 'response_length' else 'patch lines (no response_length)'}"
+        for s, n in sorted(reading.sources.items())
+    )
+    positive, negative = sum(t > 0 for t in reading.taus), sum(t < 0 for t in reading.taus)
+    return (
+        f"mean Kendall tau of weight with length {_tau(reading.mean(reading.taus))} "
+        f"(advantage after {_tau(reading.mean(reading.advantage_taus))}), with patch size "
+        f"{_tau(reading.mean(reading.patch_taus))}; rose/fell with length in {positive}/{negative} of "
+        f"{reading.graded} graded groups ({sources}); `gagar trend` follows it across steps"
+    )
+
+
+def group_length_line(signal: LengthSignal) -> str:
+    """One line on a group's length signal."""
+    unit = "tokens" if signal.source == "response_length" else "patch lines (no response_length)"
+    return (
+        f"Kendall tau with length in {unit}: weight {_tau(signal.weight_vs_length)}, advantage after "
+        f"{_tau(signal.advantage_vs_length)}; with patch size: weight {_tau(signal.weight_vs_patch_size)}, "
+        f"advantage after {_tau(signal.advantage_vs_patch_size)}; mean length of the top tier "
+        f"{signal.top_length:g}, of the bottom tier {signal.bottom_length:g}"
+    )
+
+
 # -- the run -------------------------------------------------------------------------------------------------
 
 
@@ -131,6 +162,9 @@ def render_summary(console: Console, run: Run, limit: int | None = GROUP_ROWS) -
                 f"max {stats['max']:.3f}"
             )
         )
+    reading = read_step(str(run.directory), run.results)
+    if reading.graded:
+        console.print(Text(f"  credit vs length: {length_summary(reading)}"))
     for reason, n in summary.identity.most_common(3):
         console.print(Text(printable(f"  redistribution left {n} graded group(s) unchanged: {reason}")))
     flags = summary.top_flags()
@@ -216,6 +250,8 @@ def render_group(console: Console, run: Run, group_id: str, full: bool = False) 
         console.print(Text(printable(f"  reason: {result.reason}")))
     if result.redistribution:
         console.print(Text(printable(f"  redistribution: {result.redistribution}")))
+    if result.length is not None:
+        console.print(Text(f"  credit vs length: {group_length_line(result.length)}"))
     details = {k: result.details[k] for k in ("model", "seed", "confidence") if k in result.details}
     if details:
         console.print(

@@ -42,6 +42,7 @@ from grader.evaluation import metrics as ranking_metrics
 from grader.graders.base import Grader
 from grader.graders.tools import find_injections
 from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_rows
+from grader.length import read_step
 from grader.models import Group, GroupResult
 from grader.outcomes import Outcome
 from grader.pipeline import GradingOptions, grade_group_sync, passthrough
@@ -444,6 +445,18 @@ class BatchGrader:
             metrics["gagar/position_bias"] = bias
         if agreement is not None:
             metrics["gagar/self_agreement"] = agreement
+        # The length monitor (grader.length): Kendall tau of credit with length, and the lengths of the
+        # top- and bottom-ranked trajectories, averaged over this step's graded groups.
+        reading = read_step("step", list(results.values()))
+        for name, values in (
+            ("length_tau_weight", reading.taus),
+            ("length_tau_advantage", reading.advantage_taus),
+            ("length_tau_patch", reading.patch_taus),
+            ("length_top", reading.top_lengths),
+            ("length_bottom", reading.bottom_lengths),
+        ):
+            if values:
+                metrics[f"gagar/{name}"] = float(np.mean(values))
         metrics["gagar/self_checked"] = float(sum(1 for gid in checks if gid in results))
         metrics["gagar/guard_fallback"] = float(fallback is not None)
         return metrics
