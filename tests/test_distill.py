@@ -107,6 +107,31 @@ def test_labels_and_markers_are_reproducible_from_the_secret(tmp_path: Path) -> 
     assert len(labels) > 1  # but each sample under its own labels
 
 
+def test_each_example_carries_the_tools_its_grading_sent(tmp_path: Path) -> None:
+    # Tool schemas are per grading (label arguments are enums of its labels): an example trained on other
+    # schemas than those served would teach the model a prompt it never sees.
+    inputs, reference, _ = write_inputs(tmp_path)
+    with ScriptedServer(teacher) as server:
+        run(inputs, reference, tmp_path / "a", server.url, samples=3, augment=1)
+        sent = {
+            body["messages"][1]["content"]: body["tools"] for body in server.requests if "tools" in body
+        }
+    rows = [
+        json.loads(line)
+        for name in ("sft.jsonl", "sft_eval.jsonl")
+        for line in (tmp_path / "a" / name).read_text().splitlines()
+    ]
+    originals = [row for row in rows if row["messages"][1]["content"] in sent]
+    assert originals and len(originals) < len(rows)  # the relabelled copies were shown nothing
+    for row in originals:
+        assert json.loads(row["tools"]) == sent[row["messages"][1]["content"]]
+    for row in rows:
+        (submit,) = [t for t in json.loads(row["tools"]) if t["function"]["name"] == "submit_ranking"]
+        ranking = submit["function"]["parameters"]["properties"]["ranking"]
+        labels = ranking["items"]["items"]["enum"]
+        assert all(label in row["messages"][1]["content"] for label in labels)
+
+
 def test_resume_after_kill_gives_the_same_files(tmp_path: Path) -> None:
     inputs, reference, _ = write_inputs(tmp_path)
 

@@ -34,7 +34,7 @@ from grader.distill.benchmarks import Benchmarks, task_hash
 from grader.errors import DistillError, GradingFailed, InvalidRanking, WorkspaceError
 from grader.formats import LoadError, load_groups
 from grader.graders.llm import LLMGrader
-from grader.graders.tools import offered_tools, tool_schemas
+from grader.graders.tools import constrain_labels, offered_tools, tool_schemas
 from grader.models import Group
 from grader.ranking import validate_ranking
 from grader.references import Reference, agreement, load_references
@@ -401,15 +401,17 @@ def _example_rows(
 ) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
     """(copy, row) for a kept record: the transcript itself (copy 0), then its relabelled copies; and why
     no copies were made, when relabelling was refused."""
-    rows = [(0, sft.example(record["messages"], tools))]
+    # Each example carries the tools as its grading sent them: label arguments are enums of its own labels.
     contrast = [label for label, _ in record.get("contrast") or []]
+    rows = [(0, sft.example(record["messages"], constrain_labels(tools, record["shown"], contrast)))]
     for copy in range(1, augment + 1):
         rng = random.Random(f"{secret}:{record['group_id']}:{record['sample']}:{copy}")
         try:
-            messages, _ = relabel(record["messages"], record["shown"], contrast, rng)
+            messages, relabelling = relabel(record["messages"], record["shown"], contrast, rng)
         except AugmentationRefused as exc:
             return rows[:1], str(exc)
-        rows.append((copy, sft.example(messages, tools)))
+        served = constrain_labels(tools, relabelling.order, relabelling.contrast)
+        rows.append((copy, sft.example(messages, served)))
     return rows, None
 
 

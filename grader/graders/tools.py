@@ -128,6 +128,34 @@ def tool_schemas(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"type": "function", "function": spec} for spec in specs]
 
 
+def constrain_labels(
+    tools: list[dict[str, Any]], ranked: list[str], contrast: list[str]
+) -> list[dict[str, Any]]:
+    """A copy of `tools` (chat-completions format) whose label arguments are each an `enum` of a grading's
+    labels (`ranked`: the candidates shown, `contrast`: the failing ones shown for contrast), its arrays
+    bounded by `maxItems`: exactly what that grading sends, so a distilled example can carry it too."""
+    shown = [*ranked, *contrast]
+    labels: dict[str, list[str]] = {
+        "candidate": shown,
+        "against": [BASE, *shown],
+        "target": [BASE, *shown],
+        "targets": [BASE, *ranked],
+        "ranking": list(ranked),
+    }
+    tools = json.loads(json.dumps(tools))
+    for tool in tools:
+        for name, schema in tool["function"]["parameters"].get("properties", {}).items():
+            allowed = labels.get(name)
+            if allowed is None:
+                continue
+            while schema.get("type") == "array":  # the label inside (ranking: a list of lists of labels)
+                schema["maxItems"] = len(allowed)  # bounds what a constrained decoder can emit
+                schema = schema["items"]
+            if schema.get("type") == "string":
+                schema["enum"] = allowed
+    return tools
+
+
 @dataclass
 class Candidates:
     """The labels the grader sees, and what they stand for."""
@@ -261,27 +289,9 @@ class Toolbox:
         labels: a server that constrains tool calls to their schema (llama.cpp's grammar, vLLM's and
         SGLang's structured outputs) then cannot produce a label that does not exist. Fixed for a grading, so
         every request of it sends the same tools."""
-        ranked = list(self.candidates.order)
-        shown = ranked + list(self.candidates.contrast)
-        labels: dict[str, list[str]] = {
-            "candidate": shown,
-            "against": [BASE, *shown],
-            "target": [BASE, *shown],
-            "targets": [BASE, *ranked],
-            "ranking": ranked,
-        }
-        tools = tool_schemas(json.loads(json.dumps(list(self.specs.values()))))
-        for tool in tools:
-            for name, schema in tool["function"]["parameters"].get("properties", {}).items():
-                allowed = labels.get(name)
-                if allowed is None:
-                    continue
-                while schema.get("type") == "array":  # the label inside (ranking: a list of lists of labels)
-                    schema["maxItems"] = len(allowed)  # bounds what a constrained decoder can emit
-                    schema = schema["items"]
-                if schema.get("type") == "string":
-                    schema["enum"] = allowed
-        return tools
+        return constrain_labels(
+            tool_schemas(list(self.specs.values())), self.candidates.order, list(self.candidates.contrast)
+        )
 
     def names(self) -> list[str]:
         return list(self.specs)
