@@ -113,9 +113,7 @@ def test_each_example_carries_the_tools_its_grading_sent(tmp_path: Path) -> None
     inputs, reference, _ = write_inputs(tmp_path)
     with ScriptedServer(teacher) as server:
         run(inputs, reference, tmp_path / "a", server.url, samples=3, augment=1)
-        sent = {
-            body["messages"][1]["content"]: body["tools"] for body in server.requests if "tools" in body
-        }
+        sent = {body["messages"][1]["content"]: body["tools"] for body in server.requests if "tools" in body}
     rows = [
         json.loads(line)
         for name in ("sft.jsonl", "sft_eval.jsonl")
