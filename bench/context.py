@@ -18,7 +18,6 @@ table says so. Target: uncached prompt tokens at most 1.5x the one-prompt baseli
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.args import parser_for  # noqa: E402
 from grader.formats import load_group_file  # noqa: E402
 from grader.graders.base import Grade  # noqa: E402
 from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
@@ -78,16 +78,15 @@ def one_prompt(grader: LLMGrader, view: GradingView, seed: int) -> list[dict[str
 
 @dataclass
 class Row:
+    """One group's prompt tokens: all it sent, what a prefix cache could not serve, and the baseline."""
+
     group: str
     classes: int
     requests: int
     total: int
     uncached: int
-    baseline: int
-
-    @property
-    def ratio(self) -> float:
-        return self.uncached / self.baseline
+    baseline: int  # the one-prompt baseline's tokens
+    ratio: float  # uncached / baseline
 
 
 class Recording:
@@ -134,13 +133,12 @@ def measure(group: Group, counter: Counter) -> Row:
         total += len(tokens)
         uncached += len(tokens) - shared
         previous = tokens
-    return Row(group.group_id, recording.classes, len(requests), total, uncached, recording.baseline)
+    ratio = uncached / recording.baseline
+    return Row(group.group_id, recording.classes, len(requests), total, uncached, recording.baseline, ratio)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = parser_for(__doc__)
     parser.add_argument("--groups", action="append", type=Path, help="group files (default: the example)")
     parser.add_argument("--limit", type=int, default=0, help="at most this many groups from the files")
     args = parser.parse_args(argv)

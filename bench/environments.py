@@ -11,7 +11,6 @@ e.g. pytest-dev/pytest:5.4:/work/data/env/repos/pytest-dev__pytest-wt (a checkou
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -22,6 +21,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from conftest_sandbox import make_repo  # noqa: E402
 
+from bench.args import parser_for  # noqa: E402
 from grader.sandbox import open_sandbox  # noqa: E402
 from grader.sandbox.environments import build_environment, spec_for_task  # noqa: E402
 from grader.sandbox.recipes import recipe_for  # noqa: E402
@@ -36,9 +36,7 @@ def warm_start(image: str | None, trees: object) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = parser_for(__doc__)
     parser.add_argument("cases", nargs="+", help="OWNER/NAME:VERSION:CHECKOUT")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(

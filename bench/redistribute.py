@@ -12,7 +12,6 @@ Target: the batch call at least 10x faster than the loop.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.args import parser_for  # noqa: E402
 from grader.redistribute import redistribute_batch, redistribute_group  # noqa: E402
 
 TARGET = 10.0
@@ -51,9 +51,7 @@ def best_of(repeats: int, call: Callable[[], object]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = parser_for(__doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)

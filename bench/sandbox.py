@@ -16,7 +16,6 @@ Run: python bench/sandbox.py [--runs 40] [--groups 3] (needs the images: gagar i
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from conftest_sandbox import _commit, _git, make_repo  # noqa: E402
 
+from bench.args import parser_for  # noqa: E402
 from grader.sandbox import open_sandbox  # noqa: E402
 from grader.sandbox.images import DEFAULT_IMAGE  # noqa: E402
 
@@ -192,9 +192,7 @@ def bench_local(trees: object, runs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = parser_for(__doc__)
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--groups", type=int, default=3)
     parser.add_argument("--run-calls", type=int, default=10, help="repetitions of each run-shaped call")

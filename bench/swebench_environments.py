@@ -16,7 +16,6 @@ Run: python bench/swebench_environments.py GROUPS INSTANCES [--group ID ...] [--
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shlex
@@ -28,6 +27,7 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
+from bench.args import parser_for  # noqa: E402
 from grader.formats import load_group_file  # noqa: E402
 from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
 from grader.models import Group, complete_group  # noqa: E402
@@ -134,9 +134,7 @@ def per_target(run_output: str) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = parser_for(__doc__)
     parser.add_argument("groups", type=Path)
     parser.add_argument("instances", type=Path)
     parser.add_argument("--group", action="append", help="only these group ids (repeatable)")

@@ -18,7 +18,6 @@ Targets at 32 in flight: in-process at least 0.9 of ideal; through Ray at least 
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import resource
 import socket
@@ -29,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.args import parser_for  # noqa: E402
 from grader.concurrency import Concurrency  # noqa: E402
 from grader.formats import load_group_file  # noqa: E402
 from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
@@ -169,9 +169,7 @@ def per_group_cost(url: str, batch: list[Group]) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = parser_for(__doc__)
     parser.add_argument("--groups", type=int, default=64)
     parser.add_argument("--turns", type=int, default=4)
     # 2 s is a fast grading turn for a 30B-class model over a 10-30k token context; at 0.5 s on 2 cores the

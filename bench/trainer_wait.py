@@ -18,13 +18,13 @@ idle machine 8 gradings take about 2.6 s, so 0.1 s is left); the deadline is ove
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.args import parser_for  # noqa: E402
 from grader.concurrency import Concurrency  # noqa: E402
 from grader.formats import load_group_file  # noqa: E402
 from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
@@ -52,9 +52,7 @@ def timing(metrics: dict[str, float]) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = parser_for(__doc__)
     parser.add_argument("--groups", type=int, default=8)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--latency", type=float, default=2.0, help="seconds the scripted grader takes")

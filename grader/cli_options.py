@@ -31,6 +31,12 @@ NONE_CHOICE = "none"  # an optional choice (`Literal[...] | None`) takes "none" 
 
 
 @cache
+def command_group(subparsers: Any, name: str, help: str) -> Any:
+    """Add `gagar NAME` as a command made of subcommands (`gagar NAME ACTION ...`); returns the object to
+    add the actions to. The action chosen is `args.<name>_command`."""
+    return subparsers.add_parser(name, help=help).add_subparsers(dest=f"{name}_command", required=True)
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring under each field of a dataclass, read from its source (empty where there is none)."""
     try:

@@ -53,14 +53,9 @@ class Concurrency:
         self.__post_init__()
 
 
-_default: Concurrency | None = None
-_default_lock = threading.Lock()
+_DEFAULT = Concurrency()
 
 
 def default_resources() -> Concurrency:
-    """The process's own resources object, used by every grading given none (made on first use)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = Concurrency()
-        return _default
+    """The process's own resources object, used by every grading given none."""
+    return _DEFAULT

@@ -230,6 +230,10 @@ def import_swebench(
     `repo_root/<owner>__<name>` when `repo_root` is given, else `https://github.com/<owner>/<name>`.
     Instances no prediction covers are left out. Each task carries its environment (`swebench_environment`,
     read from `tables`, by default the pinned swebench package's).
+
+    Raises:
+        ValueError: the predictions and results files do not pair up, or a prediction names an instance the
+            instances file lacks (the message names both files).
     """
     if len(predictions) != len(results):
         raise ValueError(f"{len(predictions)} predictions files but {len(results)} results files: pair them")

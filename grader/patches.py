@@ -70,6 +70,9 @@ def check_paths(patch: str) -> None:
 
     git apply refuses most of these too; checking first gives a message that names the path, and keeps the
     guarantee independent of git's version.
+
+    Raises:
+        PatchError: naming the line and the path.
     """
     for number, path in _header_paths(patch):
         if path.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", path):
@@ -85,6 +88,9 @@ def check_symlinks(patch: str) -> None:
     """Refuse new symlinks whose target is absolute or leaves the repository.
 
     A symlink blob is harmless in git, but a tree materialized later (for a test run) would follow it.
+
+    Raises:
+        PatchError: naming the link and its target.
     """
     lines = patch.splitlines()
     current: str | None = None
@@ -179,7 +185,12 @@ def parse(patch: str) -> PatchSet:
 
 
 def validate(patch: str, max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> PatchSet:
-    """All checks a patch passes before git sees it; returns the parsed patch."""
+    """All checks a patch passes before git sees it; returns the parsed patch.
+
+    Raises:
+        PatchError: the patch is over `max_bytes`, holds a NUL byte, names a path or symlink that leaves the
+            repository (`check_paths`, `check_symlinks`), does not parse, or is no unified diff.
+    """
     size = len(patch.encode("utf-8", "surrogateescape"))
     if size > max_bytes:
         raise PatchError(f"patch is {size:,} bytes, over the cap of {max_bytes:,}")

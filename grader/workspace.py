@@ -112,6 +112,11 @@ class Workspace:
     # -- building --------------------------------------------------------------------------------------
 
     def build(self, max_patch_bytes: int, max_fuzz: int, workers: int) -> None:
+        """Lay out the bare repository and give every trajectory its branch (or its recorded error).
+
+        Raises:
+            WorkspaceError: the base commit cannot be read from the mirror (names the group and the commit).
+        """
         self.path.mkdir(parents=True, exist_ok=True)
         # No git process: the layout of `git init --bare --template=` with the mirror's objects borrowed.
         bare.init_bare(self.git_dir, self.mirror / "objects", head=BASE_REF)
@@ -354,6 +359,7 @@ class Workspace:
         return self.group.task.model_copy(deep=True)
 
     def candidate(self, trajectory_id: str) -> CandidateInfo:
+        """What the view tells of one trajectory. Raises KeyError naming the group and the id."""
         c = self.candidates.get(trajectory_id)
         if c is None:
             raise KeyError(f"group {self.group.group_id!r} has no trajectory {trajectory_id!r}")
@@ -382,6 +388,8 @@ class Workspace:
         return [BASE, *self.gradable()]
 
     def commit_of(self, target: str) -> str:
+        """The commit of "base" or a trajectory's branch. Raises KeyError for an unknown id or a trajectory
+        without a branch (with its error)."""
         if target == BASE:
             return self.base_commit
         candidate = self.candidates.get(target)
@@ -547,7 +555,12 @@ def open_workspace(
     `resources` bound concurrent builds (`resources.workspace`, held while building) and are what graders
     of this workspace share (the process default when not given).
     Trajectory-level problems (a patch that is invalid or does not apply) are recorded on the trajectory's
-    `Candidate.error`; group-level ones raise WorkspaceError naming the group and the cause.
+    `Candidate.error`; group-level ones raise.
+
+    Raises:
+        BaseCommitMissing: the mirror has no such base commit (a WorkspaceError; names group and commit).
+        WorkspaceError: the repository cannot be mirrored, `root` is not empty, or the build fails for the
+            whole group (names the group and the cause).
     """
     mirrors = mirrors or shared_cache()
     try:

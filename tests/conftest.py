@@ -6,10 +6,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from grader.gitcmd import git_identity, safe_env
+from grader.graders.llm import LLMGrader
 from grader.mirrors import MirrorCache
 from grader.models import Group, Task, Trajectory, complete_group
 
@@ -43,6 +45,13 @@ def run_gagar(
         text=True,
         timeout=timeout,
     )
+
+
+def llm_grader(base_url: str, transcript_dir: Path, *, model: str = "scripted", **options: Any) -> LLMGrader:
+    """The LLM grader as the tests build it: `model` at `base_url`, transcripts in `transcript_dir`, no
+    sandbox and seed 7 unless `options` say otherwise (any other `LLMGrader` keyword goes there too)."""
+    settings: dict[str, Any] = {"sandbox": None, "seed": 7, **options}
+    return LLMGrader(model, base_url=base_url, transcript_dir=transcript_dir, **settings)
 
 
 def run_git(repo: Path, *args: str, input: str | None = None) -> str:

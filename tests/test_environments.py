@@ -19,6 +19,7 @@ from grader.sandbox.environments import (
     FailureMemory,
     build_environment,
 )
+from tests.conftest import llm_grader
 from tests.conftest_sandbox import docker_marks, make_repo
 
 pytestmark = docker_marks()
@@ -101,7 +102,7 @@ def test_unknown_interpreter_is_refused_before_any_build() -> None:
 def _grade_probes(task_update: dict, probes: list[str], tmp_path: Path, sandbox: str = "docker"):
     """Grade the example group with a scripted model that runs `probes` on every target, then ranks."""
     from grader.formats import load_group_file
-    from grader.graders.llm import Budgets, LLMGrader
+    from grader.graders.llm import Budgets
     from grader.pipeline import grade_group_sync
     from grader.testing import ScriptedServer, labels_in, tool_calls
     from grader.transcript import read_transcript
@@ -121,14 +122,7 @@ def _grade_probes(task_update: dict, probes: list[str], tmp_path: Path, sandbox:
 
     budgets = Budgets(retry_wait_initial=0.01, retry_wait_max=0.05, request_timeout=600, retries=1, turns=6)
     with ScriptedServer(policy) as server:
-        grader = LLMGrader(
-            "scripted",
-            base_url=server.url,
-            transcript_dir=tmp_path,
-            seed=7,
-            sandbox=sandbox,
-            budgets=budgets,
-        )
+        grader = llm_grader(server.url, tmp_path, sandbox=sandbox, budgets=budgets)
         result = grade_group_sync(group, grader)
     events = read_transcript(result.transcript)
     return result, [e["content"] for e in events if e["type"] == "tool_result" and e["name"] == "run"]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from grader.formats import load_group_file, write_groups
-from grader.graders.llm import Budgets, LLMGrader
+from grader.graders.llm import Budgets
 from grader.inspect.run import fired_signals, load_run, summarize
 from grader.inspect.steps import to_steps
 from grader.mirrors import MirrorCache
@@ -33,7 +33,7 @@ from grader.testing import (
     read_every_diff_then_rank,
     tool_calls,
 )
-from tests.conftest import BASE_FILES, EXAMPLE_GROUP, FIX, REPO_ROOT, RepoFactory
+from tests.conftest import BASE_FILES, EXAMPLE_GROUP, FIX, REPO_ROOT, RepoFactory, llm_grader
 
 GROUP = "inventory-average-empty"
 FAST = Budgets(retry_wait_initial=0.01, retry_wait_max=0.05, request_timeout=10, retries=3, turns=8)
@@ -82,14 +82,7 @@ def hostile_policy(request: dict[str, Any], n: int) -> Reply:
 def grade_llm(groups: list[Group], run: Path, policy, cache: Path) -> list[GroupResult]:
     options = GradingOptions(mirrors=MirrorCache(cache / "mirrors"))
     with ScriptedServer(policy) as server:
-        grader = LLMGrader(
-            "scripted",
-            base_url=server.url,
-            sandbox=None,
-            seed=7,
-            budgets=FAST,
-            transcript_dir=run / "transcripts",
-        )
+        grader = llm_grader(server.url, run / "transcripts", budgets=FAST)
         results = [grade_group_sync(group, grader, options) for group in groups]
     write_results(results, run)
     write_groups(groups, run / "groups.jsonl")

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from grader.formats import load_group_file
-from grader.graders.llm import Budgets, LLMGrader
+from grader.graders.llm import Budgets
 from grader.llamacpp import LlamaServer
 from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
 from grader.transcript import read_transcript
-from tests.conftest import EXAMPLE_GROUP
+from tests.conftest import EXAMPLE_GROUP, llm_grader
 
 TOOL_OUTPUT = '<<<DATA 1a2b>>>\n-    return a - b\n+    return a + b  # a & b < c > d "q"\n<<<END 1a2b>>>'
 DIFF_TOOL = {
@@ -50,13 +50,12 @@ def grade(
     own; constrained to one JSON tool call a turn, it does); returns the result and its transcript."""
     (group,) = load_group_file(EXAMPLE_GROUP)
     budgets = Budgets(**{"request_timeout": 240, "retries": 0, "wall_seconds": 600, **budget})
-    grader = LLMGrader(
-        "gemma-3-270m",
-        base_url=server.url,
-        sandbox=None,
+    grader = llm_grader(
+        server.url,
+        tmp_path,
+        model="gemma-3-270m",
         seed=1,
         budgets=budgets,
-        transcript_dir=tmp_path,
         tool_mode="text",
         structured=structured,
     )

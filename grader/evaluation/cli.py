@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from grader.cache import CachedGrader
-from grader.cli_options import GradingArguments, add_grading_arguments, grading_from_args
+from grader.cli_options import GradingArguments, add_grading_arguments, command_group, grading_from_args
 from grader.errors import InputFileError
 from grader.evaluation import degrade as degrading
 from grader.evaluation import harness
@@ -406,8 +406,9 @@ def register(subparsers: Any) -> None:
     add_grading_arguments(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 
-    bench = subparsers.add_parser("bench", help="grader benchmarks: check one (format, counts, probes)")
-    bench_commands = bench.add_subparsers(dest="bench_command", required=True)
+    bench_commands = command_group(
+        subparsers, "bench", "grader benchmarks: check one (format, counts, probes)"
+    )
     check = bench_commands.add_parser(
         "check", help="validate a benchmark, show its counts and label agreement, run every probe on its pair"
     )
@@ -425,8 +426,7 @@ def register(subparsers: Any) -> None:
     bundle.add_argument("--out", required=True, type=Path, help="the bundle to write (NAME/bundles/X.bundle)")
     bundle.set_defaults(func=cmd_bench_bundle)
 
-    reference = subparsers.add_parser("reference", help="make references (see docs/benchmark.md)")
-    reference_commands = reference.add_subparsers(dest="reference_command", required=True)
+    reference_commands = command_group(subparsers, "reference", "make references (see docs/benchmark.md)")
     consensus = reference_commands.add_parser(
         "consensus",
         help="grade each group K times under fresh label orders; keep the pairs enough gradings agree on",

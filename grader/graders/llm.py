@@ -468,6 +468,21 @@ class LLMGrader:
             seconds=round(time.monotonic() - started, 4),
         )
 
+    def _refused_tool_choice(
+        self, exc: openai.APIError, kwargs: dict[str, Any], transcript: Transcript
+    ) -> bool:
+        """Whether the request failed only for its `tool_choice` form, which is then remembered and never
+        resent (a 4xx or a 500 naming the field is no outage); raises GradingFailed when the prompt
+        overflowed the server's context, naming the limit."""
+        overflow = _context_overflow(exc)
+        if overflow:
+            raise GradingFailed(overflow) from None
+        if not (_names_tool_choice(exc) and "tool_choice" in kwargs):
+            return False
+        self._refused_tool_choices.add(kwargs["tool_choice"])
+        transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
+        return True
+
     def _complete(
         self,
         messages: list[dict],
@@ -538,12 +553,7 @@ class LLMGrader:
                                 options={"timeout": timeout},
                             )
         except RETRYABLE as exc:
-            overflow = _context_overflow(exc)
-            if overflow:
-                raise GradingFailed(overflow) from None
-            if _names_tool_choice(exc) and "tool_choice" in kwargs:
-                self._refused_tool_choices.add(kwargs["tool_choice"])
-                transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
+            if self._refused_tool_choice(exc, kwargs, transcript):
                 return self._complete(messages, toolbox, native, deadline, transcript, usage, tool_choice)
             if time.monotonic() >= deadline - 0.05:  # the request was cut short by the wall-time budget
                 raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)") from None
@@ -551,14 +561,7 @@ class LLMGrader:
                 f"endpoint failed after {usage.retries + 1} attempt(s): {type(exc).__name__}: {exc}"
             ) from None
         except openai.APIError as exc:  # 400, 401, 404...: retrying will not help
-            overflow = _context_overflow(exc)
-            if overflow:
-                raise GradingFailed(overflow) from None
-            if _names_tool_choice(exc) and "tool_choice" in kwargs:
-                # A form this server refuses (a 4xx or a 500 naming the field): remembered, never resent,
-                # and not counted as an outage.
-                self._refused_tool_choices.add(kwargs["tool_choice"])
-                transcript.event("tool_choice_refused", choice=kwargs["tool_choice"], error=str(exc)[:300])
+            if self._refused_tool_choice(exc, kwargs, transcript):
                 return self._complete(messages, toolbox, native, deadline, transcript, usage, tool_choice)
             raise GradingFailed(f"endpoint refused the request: {type(exc).__name__}: {exc}") from None
         if not getattr(response, "choices", None):

@@ -168,6 +168,8 @@ class Candidates:
     seed: int = 0
 
     def trajectory(self, label: str) -> str:
+        """The trajectory a label stands for (a class's representative). Raises ToolError listing the labels
+        when it names none."""
         if label in self.members:
             return self.members[label][0]
         if label in self.contrast:

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grader.cli_options import command_group
 from grader.sandbox.base import BACKENDS
 
 
 def register(subparsers: Any) -> None:
     """Add the `sandbox`, `images` and `env` commands to the top-level parser's subparsers."""
-    sandbox = subparsers.add_parser("sandbox", help="run a command on a group's trees, isolated")
-    actions = sandbox.add_subparsers(dest="sandbox_command", required=True)
+    actions = command_group(subparsers, "sandbox", "run a command on a group's trees, isolated")
 
     run = actions.add_parser(
         "exec",
@@ -37,8 +37,7 @@ def register(subparsers: Any) -> None:
     cleanup.add_argument("--all", action="store_true", help="remove every sandbox's, running graders' too")
     cleanup.set_defaults(func=_cmd_cleanup)
 
-    images = subparsers.add_parser("images", help="sandbox images")
-    image_actions = images.add_subparsers(dest="images_command", required=True)
+    image_actions = command_group(subparsers, "images", "sandbox images")
     build = image_actions.add_parser(
         "build", help="build gagar/python and gagar/minimal (offline if need be)"
     )
@@ -51,8 +50,7 @@ def register(subparsers: Any) -> None:
     build.add_argument("--force", action="store_true", help="rebuild even when up to date")
     build.set_defaults(func=_cmd_images_build)
 
-    env = subparsers.add_parser("env", help="task environment layers")
-    env_actions = env.add_subparsers(dest="env_command", required=True)
+    env_actions = command_group(subparsers, "env", "task environment layers")
     prebuild = env_actions.add_parser(
         "build",
         help="build the environment layers of the groups' tasks ahead of grading, with a summary",
