@@ -114,3 +114,13 @@ def test_a_thousand_groups(llm_run: Path, tmp_path: Path) -> None:
     assert isinstance(index, dict) and len(index["rows"]) == 1000 and len(tags) == 1000
     assert index["summary"]["statuses"] == {"graded": 860, "skipped": 100, "failed": 40}
     assert len(index["texts"]) == 1  # one system prompt for the whole run
+
+
+def test_the_summary_carries_prompt_tokens_and_those_the_server_cached(llm_run: Path, tmp_path: Path) -> None:
+    result = json.loads((llm_run / "results.jsonl").read_text())
+    result["usage"].update(prompt_tokens=12345, cached_prompt_tokens=6789)
+    (tmp_path / "results.jsonl").write_text(json.dumps(result) + "\n")
+    proc = inspect_cli("report", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    summary = data_tags((tmp_path / "report.html").read_text())["gagar-index"]["summary"]
+    assert (summary["prompt_tokens"], summary["cached_prompt_tokens"]) == (12345, 6789)

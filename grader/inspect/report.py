@@ -93,6 +93,8 @@ def index_payload(run: Run, generated: str, shared: SharedTexts) -> dict[str, An
             "graders": summary.graders.most_common(),
             "models": summary.models.most_common(),
             "tokens": summary.tokens,
+            "prompt_tokens": summary.prompt_tokens,
+            "cached_prompt_tokens": summary.cached_prompt_tokens,
             "requests": summary.requests,
             "tool_calls": summary.tool_calls,
             "retries": summary.retries,

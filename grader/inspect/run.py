@@ -197,6 +197,8 @@ class Summary:
     graders: Counter[str] = field(default_factory=Counter)
     models: Counter[str] = field(default_factory=Counter)
     tokens: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # served from the server's prefix cache, where it reported them
     requests: int = 0
     tool_calls: int = 0
     retries: int = 0
@@ -242,6 +244,8 @@ def summarize(results: list[GroupResult]) -> Summary:
         if model:
             summary.models[str(model)] += 1
         summary.tokens += tokens(result)
+        summary.prompt_tokens += int(result.usage.get("prompt_tokens", 0))
+        summary.cached_prompt_tokens += int(result.usage.get("cached_prompt_tokens", 0))
         summary.requests += int(result.usage.get("requests", 0))
         summary.tool_calls += int(result.usage.get("tool_calls", 0))
         summary.retries += int(result.usage.get("retries", 0))

@@ -146,7 +146,8 @@ def render_summary(console: Console, run: Run, limit: int | None = GROUP_ROWS) -
         console.print(
             Text(
                 f"  tokens: {summary.tokens:,} in {summary.requests:,} requests "
-                f"({summary.retries:,} retries), {summary.tool_calls:,} tool calls"
+                f"({summary.retries:,} retries), {summary.tool_calls:,} tool calls; prompt tokens "
+                f"{summary.prompt_tokens:,}, of which {summary.cached_prompt_tokens:,} cached"
             )
         )
     slowest = (
