@@ -116,10 +116,13 @@ def test_a_thousand_groups(llm_run: Path, tmp_path: Path) -> None:
     assert len(index["texts"]) == 1  # one system prompt for the whole run
 
 
-def test_the_summary_carries_prompt_tokens_and_those_the_server_cached(llm_run: Path, tmp_path: Path) -> None:
+def test_show_and_report_give_prompt_tokens_and_those_cached(llm_run: Path, tmp_path: Path) -> None:
     result = json.loads((llm_run / "results.jsonl").read_text())
     result["usage"].update(prompt_tokens=12345, cached_prompt_tokens=6789)
     (tmp_path / "results.jsonl").write_text(json.dumps(result) + "\n")
+    shown = inspect_cli("show", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "prompt tokens 12,345, of which 6,789 cached" in shown.stdout
     proc = inspect_cli("report", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     summary = data_tags((tmp_path / "report.html").read_text())["gagar-index"]["summary"]

@@ -127,15 +127,6 @@ def test_an_llm_transcript_that_is_gone(llm_run: Path, tmp_path: Path) -> None:
     assert "transcript not found" in proc.stdout
 
 
-def test_the_summary_shows_prompt_tokens_and_those_the_server_cached(llm_run: Path, tmp_path: Path) -> None:
-    result = json.loads((llm_run / "results.jsonl").read_text())
-    result["usage"].update(prompt_tokens=12345, cached_prompt_tokens=6789)
-    (tmp_path / "results.jsonl").write_text(json.dumps(result) + "\n")
-    proc = inspect_cli("show", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    assert "prompt tokens 12,345, of which 6,789 cached" in proc.stdout
-
-
 def test_errors_name_the_problem(heuristic_run: Path, tmp_path: Path) -> None:
     proc = inspect_cli("show", str(heuristic_run), "no-such-group")
     assert proc.returncode == 2 and proc.stdout == ""

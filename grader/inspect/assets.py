@@ -202,8 +202,10 @@ JS = r"""
     const graders = s.graders.map(([name, n]) => `${name} (${n})`);
     const models = s.models.map(([model, n]) => `model ${model} (${n})`);
     const cost = s.requests
-      ? [plural(s.tokens, "token"), `${count(s.prompt_tokens)} prompt, ${count(s.cached_prompt_tokens)} cached`,
-        plural(s.requests, "request"), plural(s.retries, "retry", "retries"), plural(s.tool_calls, "tool call")]
+      ? [plural(s.tokens, "token"),
+        `${count(s.prompt_tokens)} prompt, ${count(s.cached_prompt_tokens)} cached`,
+        plural(s.requests, "request"), plural(s.retries, "retry", "retries"),
+        plural(s.tool_calls, "tool call")]
       : ["no model calls"];
     cost.push(`${s.seconds.toFixed(2)} s over all groups`);
     if (s.slowest) cost.push(`slowest: ${s.slowest[1]} (${s.slowest[0].toFixed(2)} s)`);

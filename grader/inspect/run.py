@@ -197,13 +197,13 @@ class Summary:
     graders: Counter[str] = field(default_factory=Counter)
     models: Counter[str] = field(default_factory=Counter)
     tokens: int = 0
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0  # served from the server's prefix cache, where it reported them
     requests: int = 0
     tool_calls: int = 0
     retries: int = 0
     seconds: float = 0.0
     slowest: tuple[float, str] | None = None
+    prompt_tokens: int = 0  # of `tokens`
+    cached_prompt_tokens: int = 0  # of those, served from the server's prefix cache, where it said so
     spreads: list[float] = field(default_factory=list)
     identity: Counter[str] = field(default_factory=Counter)  # why redistribution left a graded group alone
     signals: Counter[str] = field(default_factory=Counter)  # signal name -> candidates it fired on
