@@ -302,12 +302,14 @@ def test_exact_duplicates_are_removed(tmp_path: Path) -> None:
             (e["group"], e["sample"]) for e in first["transcripts"] if e["kept"] and e["group"] == "add-2"
         ]
         assert len(kept) >= 2
-        # A later sample that showed the teacher exactly what an earlier one did (same conversation):
+        # A later sample that showed the teacher exactly what an earlier one did (same conversation, so the
+        # same labels and the same tools):
         (a_group, a), (b_group, b) = kept[:2]
         original = json.loads((out / "records" / a_group / f"{a}.json").read_text())
         copy_path = out / "records" / b_group / f"{b}.json"
         copy = json.loads(copy_path.read_text())
-        copy_path.write_text(json.dumps({**copy, "messages": original["messages"]}))
+        same = {key: original[key] for key in ("messages", "shown", "contrast")}
+        copy_path.write_text(json.dumps({**copy, **same}))
         asked = len(server.requests)
         second = run(inputs, reference, out, server.url, samples=8)
         assert len(server.requests) == asked  # every sample was recorded: the rerun only assembles
