@@ -243,11 +243,12 @@ class Workspace:
                 problem = patches.foreign_lines(c.parsed or PatchSet(""), own_form)
             else:
                 problem = self._check_post_images(c, plain_diff, max_fuzz)
-            if problem is not None and c.apply_method == "plain":
-                c.error = f"branch diff differs from the patch as applied (plain): {problem}"
-            elif problem is not None:
-                c.error = f"{c.apply_method} apply not confirmed by an independent hunk applier: {problem}"
             if problem is not None:
+                c.error = (
+                    f"branch diff differs from the patch as applied (plain): {problem}"
+                    if c.apply_method == "plain"
+                    else f"{c.apply_method} apply not confirmed by an independent hunk applier: {problem}"
+                )
                 c.commit = None
                 continue
             c.equivalence_key = patches.equivalence_key(plain_diff) + self._binary_ids(c, plain_diff)
@@ -483,11 +484,16 @@ _IDENTITY_FIELDS = frozenset({"trajectory_id", "passed", "ref"})
 
 
 def _share_outcome(source: Candidate, target: Candidate) -> None:
-    """Give `target` (the same patch as `source`) what applying and validating it found."""
+    """Give `target` (the same patch as `source`) what applying and validating it found. Its own copies of
+    what verification goes on adding to (stats, tolerated); the parsed patch is read only and shared."""
     for f in fields(Candidate):
         if f.name not in _IDENTITY_FIELDS:
             value = getattr(source, f.name)
-            setattr(target, f.name, value.model_copy(deep=True) if isinstance(value, PatchStats) else value)
+            if isinstance(value, PatchStats):
+                value = value.model_copy(deep=True)
+            elif isinstance(value, list):
+                value = list(value)
+            setattr(target, f.name, value)
 
 
 def _split_diff_tree(text: str, commits: list[str]) -> dict[str, str]:

@@ -259,7 +259,10 @@ def test_what_a_tolerant_apply_tolerated_is_in_the_trajectorys_record(repo: Repo
     respaced = fix.replace(
         " def add(a, b):", " def  add(a,  b):"
     )  # context differs from the file in whitespace
-    group = repo.group({"plain": (fix, True), "respaced": (respaced, True), "f": ("", False)})
+    # "again" is a converged rollout: the same patch as "respaced", applied once and its outcome shared.
+    group = repo.group(
+        {"plain": (fix, True), "respaced": (respaced, True), "again": (respaced, True), "f": ("", False)}
+    )
     result = grade_group_sync(group, HeuristicGrader())
     assert result.status == "graded", result.reason
     plain, tolerant = result.trajectories["plain"], result.trajectories["respaced"]
@@ -267,3 +270,5 @@ def test_what_a_tolerant_apply_tolerated_is_in_the_trajectorys_record(repo: Repo
     assert tolerant.apply_method == "whitespace" and tolerant.error is None
     assert "pkg/core.py: hunk 1: old lines matched the file only up to whitespace" in tolerant.tolerated
     assert json.loads(result.model_dump_json())["trajectories"]["respaced"]["tolerated"] == tolerant.tolerated
+    assert len(set(tolerant.tolerated)) == len(tolerant.tolerated)  # each note once
+    assert result.trajectories["again"].tolerated == tolerant.tolerated
