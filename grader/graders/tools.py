@@ -277,6 +277,7 @@ class Toolbox:
         self.candidates = candidates
         self.specs = {spec["name"]: spec for spec in offered_tools(specs, sandbox_opener is not None)}
         self.markers = markers or Markers()
+        self._schemas: list[dict[str, Any]] | None = None
         self.output_chars = output_chars
         self.page_chars = page_chars
         self._sandbox_opener = sandbox_opener
@@ -290,10 +291,12 @@ class Toolbox:
         """The tools in the chat-completions `tools` format, each label argument an `enum` of this group's
         labels: a server that constrains tool calls to their schema (llama.cpp's grammar, vLLM's and
         SGLang's structured outputs) then cannot produce a label that does not exist. Fixed for a grading, so
-        every request of it sends the same tools."""
-        return constrain_labels(
-            tool_schemas(list(self.specs.values())), self.candidates.order, list(self.candidates.contrast)
-        )
+        every request of it sends the same tools (made once; callers must not change them)."""
+        if self._schemas is None:
+            self._schemas = constrain_labels(
+                tool_schemas(list(self.specs.values())), self.candidates.order, list(self.candidates.contrast)
+            )
+        return self._schemas
 
     def names(self) -> list[str]:
         return list(self.specs)
