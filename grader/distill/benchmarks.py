@@ -12,11 +12,10 @@ bundle, probe or label checks), so refusing never depends on a benchmark being o
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.evaluation.benchmark import REPOSITORY_ROOT, find_benchmark
+from grader.evaluation.benchmark import find_benchmark
 from grader.formats import load_groups
 from grader.models import Group
 
@@ -61,23 +60,12 @@ class Benchmarks:
         return None
 
 
-def search_roots() -> list[Path]:
-    """Where benchmarks are found without being named: the places `gagar eval --bench` looks in."""
-    roots = [Path(p) for p in os.environ.get("GAGAR_BENCHMARKS", "").split(os.pathsep) if p]
-    return [
-        *roots,
-        Path("benchmarks"),
-        REPOSITORY_ROOT / "benchmarks",
-        REPOSITORY_ROOT.parent / "shared" / "benchmarks",
-    ]
-
-
 def benchmark_folders(given: list[str | Path], search: list[Path]) -> list[Path]:
     """The benchmark folders: those given (by path or name), and every one under the search roots.
 
     Args:
         given: benchmarks named on the command line (a folder or a name `find_benchmark` resolves).
-        search: roots to look under (missing ones are skipped), e.g. `search_roots()`.
+        search: roots to look under (missing ones are skipped), e.g. `evaluation.benchmark.benchmark_roots()`.
 
     Returns:
         The folders, each once, sorted.

@@ -12,8 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from grader.cli_options import add_config_arguments, config_from_args
 from grader.concurrency import Concurrency
-from grader.distill.benchmarks import benchmark_folders, load_benchmarks, search_roots
+from grader.distill.benchmarks import benchmark_folders, load_benchmarks
 from grader.distill.run import DistillConfig, Plan, distill
+from grader.evaluation.benchmark import benchmark_roots
 from grader.formats import check_inputs
 from grader.graders.llm_config import LLMConfig
 
@@ -34,7 +35,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     config = DistillConfig(**config_from_args(DistillConfig, args))
     teacher = config_from_args(LLMConfig, args, only=TEACHER_FIELDS)
     resources = Concurrency(**config_from_args(Concurrency, args))
-    folders = benchmark_folders(args.benchmark, [] if args.no_default_benchmarks else search_roots())
+    folders = benchmark_folders(args.benchmark, [] if args.no_default_benchmarks else benchmark_roots())
     benchmarks = load_benchmarks(folders)
     tally = {"done": 0, "kept": 0, "tokens": 0}
     with Progress(

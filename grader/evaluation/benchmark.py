@@ -193,12 +193,19 @@ class Benchmark:
         return str(self.provenance["bundles"][bundle]["repository"])
 
 
+def benchmark_roots() -> list[Path]:
+    """Where benchmarks are looked up by name, in order: each folder of `$GAGAR_BENCHMARKS`
+    (os.pathsep-separated), ./benchmarks, the repository's benchmarks/ and ../shared/benchmarks beside the
+    repository (where CI places the read-only shared data)."""
+    given = [Path(p) for p in os.environ.get("GAGAR_BENCHMARKS", "").split(os.pathsep) if p]
+    shared = REPOSITORY_ROOT.parent / "shared" / "benchmarks"
+    return [*given, Path("benchmarks"), REPOSITORY_ROOT / "benchmarks", shared]
+
+
 def find_benchmark(name_or_path: str | Path) -> Path:
     """The folder of a benchmark given by path or by name.
 
-    A name is looked up, in order, in each folder of `$GAGAR_BENCHMARKS` (os.pathsep-separated),
-    ./benchmarks, the repository's benchmarks/ and ../shared/benchmarks beside the repository (where CI
-    places the read-only shared data).
+    A name is looked up in each of `benchmark_roots()`, in order.
 
     Args:
         name_or_path: a folder holding benchmark.json, or a benchmark's name.
@@ -212,12 +219,7 @@ def find_benchmark(name_or_path: str | Path) -> Path:
     direct = Path(name_or_path)
     if (direct / "benchmark.json").is_file():
         return direct
-    places = [Path(p) for p in os.environ.get("GAGAR_BENCHMARKS", "").split(os.pathsep) if p]
-    places += [
-        Path("benchmarks"),
-        REPOSITORY_ROOT / "benchmarks",
-        REPOSITORY_ROOT.parent / "shared" / "benchmarks",
-    ]
+    places = benchmark_roots()
     for place in places:
         if (place / str(name_or_path) / "benchmark.json").is_file():
             return place / str(name_or_path)
