@@ -25,7 +25,7 @@ Policy = Callable[[dict[str, Any], int], "Reply"]
 
 @dataclass
 class Reply:
-    """What the server answers: `body` as JSON with `status`, after `delay` seconds."""
+    """What the server answers: `body` as JSON with `status`, `delay` seconds after the request arrived."""
 
     body: dict[str, Any]
     status: int = 200
@@ -173,6 +173,13 @@ def as_stream(body: dict[str, Any], include_usage: bool) -> bytes:
     return "".join(events).encode()
 
 
+class _Listener(ThreadingHTTPServer):
+    # http.server listens with a backlog of 5: a burst of 32 clients connecting at once overflowed it, and
+    # the dropped connections waited a full second for TCP to retry. Real inference servers listen with a
+    # backlog in the thousands (uvicorn 2048).
+    request_queue_size = 1024
+
+
 class ScriptedServer:
     """Serves POST /v1/chat/completions from a policy: one JSON body, or server-sent events when the request
     asks to stream. Records every request body in `requests`."""
@@ -193,6 +200,7 @@ class ScriptedServer:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                arrived = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server._lock:
@@ -205,8 +213,8 @@ class ScriptedServer:
                         reply = server.policy(body, number)
                     except Exception as exc:  # a broken script shows up as a 500 the test can see
                         reply = error(500, f"policy raised {type(exc).__name__}: {exc}")
-                if reply.delay:
-                    time.sleep(reply.delay)
+                if reply.delay:  # counted from the request's arrival, as a model's latency would be
+                    time.sleep(max(0.0, reply.delay - (time.monotonic() - arrived)))
                 streamed = body.get("stream") and reply.status == 200 and "choices" in reply.body
                 if streamed:
                     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -224,7 +232,7 @@ class ScriptedServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout): nothing to answer
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd = _Listener((host, port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="scripted-llm", daemon=True)
 

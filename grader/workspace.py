@@ -10,12 +10,10 @@ branch per passing trajectory (`refs/heads/candidates/...`) and one ref per fail
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import tempfile
 import threading
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -25,7 +23,7 @@ from git import Repo
 from git.objects import Blob, Tree
 from unidiff import PatchSet
 
-from grader import bare, hunks, patches
+from grader import bare, exactapply, gitobjects, hunks, patches
 from grader.concurrency import Concurrency, default_resources
 from grader.errors import BaseCommitMissing, WorkspaceError
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
@@ -91,6 +89,27 @@ def _apply_attempts(patch: str, max_fuzz: int) -> Iterator[tuple[str, list[str],
         yield f"fuzz{fuzz}", [*tolerant, f"-C{3 - fuzz}"], lf
 
 
+_NEEDS_GIT = "needs git"
+"""What `Workspace._apply_in_process` returns for a patch that `exactapply` declines (never a tree id)."""
+
+
+class _BaseIndex:
+    """The base's index file, written when the first patch needs git (patches applied in process do not)."""
+
+    def __init__(self, git_dir: Path, tree: str, index: Path) -> None:
+        self.git_dir, self.tree, self._index = git_dir, tree, index
+        self._lock = threading.Lock()
+        self.written = False
+
+    def path(self) -> Path:
+        with self._lock:
+            if not self.written:
+                self._index.parent.mkdir(exist_ok=True)
+                bare.base_memo.write_index(self.git_dir, self.tree, self._index)
+                self.written = True
+        return self._index
+
+
 class Workspace:
     """A group's repository of branches. Use `open_workspace`, which removes it afterwards.
 
@@ -108,6 +127,7 @@ class Workspace:
         self.base_commit = ""
         self._repo: Repo | None = None
         self._worktrees: dict[str, Path] = {}
+        self._new_objects = gitobjects.ObjectBuffer()  # written as one pack before git reads the branches
 
     # -- building --------------------------------------------------------------------------------------
 
@@ -128,9 +148,7 @@ class Workspace:
             raise WorkspaceError(
                 f"group {self.group.group_id!r}: base commit {self.group.task.base_commit!r} not found"
             ) from exc
-        base_index = self.path / "tmp" / "base.index"
-        base_index.parent.mkdir()
-        bare.base_memo.write_index(self.git_dir, base_tree, base_index)
+        base = _BaseIndex(self.git_dir, base_tree, self.path / "tmp" / "base.index")
 
         for t in self.group.trajectories:
             namespace = CANDIDATE_NAMESPACE if t.passed else FAILING_NAMESPACE
@@ -141,23 +159,31 @@ class Workspace:
         trajectories = self.group.trajectories
         unique = [(n, t) for n, t in enumerate(trajectories) if first.setdefault(t.patch, n) == n]
 
-        def apply(item: tuple[int, Trajectory]) -> str | None:
-            return self._apply(*item, base_index, max_patch_bytes, max_fuzz)
+        # Applying in process is pure Python: threads would only take turns holding the GIL. Only the patches
+        # it declines go to git, whose processes the shared pool overlaps.
+        applied = {n: self._apply_in_process(t, base.tree, max_patch_bytes) for n, t in unique}
+        for_git = [(n, t) for n, t in unique if applied[n] == _NEEDS_GIT]
 
-        if workers <= 1 or len(unique) <= 1:
-            trees = [apply(item) for item in unique]
+        def apply(item: tuple[int, Trajectory]) -> str | None:
+            return self._apply_with_git(*item, base, max_fuzz)
+
+        if workers <= 1 or len(for_git) <= 1:
+            trees = [apply(item) for item in for_git]
         else:
-            trees = bare.map_on_pool(apply, unique, workers)  # threads started once per process
-        applied = dict(zip([n for n, _ in unique], trees, strict=True))
+            trees = bare.map_on_pool(apply, for_git, workers)  # threads started once per process
+        applied |= dict(zip([n for n, _ in for_git], trees, strict=True))
         for n, t in enumerate(trajectories):
             if first[t.patch] != n:
                 _share_outcome(self.candidates[trajectories[first[t.patch]].id], self.candidates[t.id])
         self._commit([applied[first[t.patch]] for t in trajectories], base_tree)
         self._verify(max_fuzz)
         self._classify()
-        bare.remover.remove(self.path / "tmp")  # index files: deleted off the grading's path
+        if base.written:
+            bare.remover.remove(self.path / "tmp")  # index files: deleted off the grading's path
 
-    def _apply(self, n: int, trajectory, base_index: Path, max_patch_bytes: int, max_fuzz: int) -> str | None:
+    def _apply_in_process(self, trajectory: Trajectory, base_tree: str, max_patch_bytes: int) -> str | None:
+        """Validate the patch and apply it without git when it is exact (`exactapply`); returns the tree, ""
+        for an empty patch, None for an invalid one (its error recorded), or `_NEEDS_GIT`."""
         candidate = self.candidates[trajectory.id]
         try:
             parsed = patches.validate(trajectory.patch, max_bytes=max_patch_bytes)
@@ -170,6 +196,23 @@ class Workspace:
         if not patch.strip():
             candidate.apply_method = "empty"
             return ""
+        if len(self.base_commit) == 40:  # SHA-1: most patches need no git process (see exactapply)
+            try:
+                tree = exactapply.apply_patch(
+                    patch, self.git_dir, base_tree, gitobjects.base_files, self._new_objects.add
+                )
+            except (exactapply.Declined, GitError, ValueError):
+                return _NEEDS_GIT  # git applies it, from its plain apply on
+            candidate.apply_method = "plain"
+            return tree
+        return _NEEDS_GIT
+
+    def _apply_with_git(self, n: int, trajectory: Trajectory, base: _BaseIndex, max_fuzz: int) -> str | None:
+        """Apply the patch with git's chain of methods, most faithful first; returns the tree, or None with
+        the candidate's error recorded."""
+        candidate = self.candidates[trajectory.id]
+        patch = patches.ensure_final_newline(trajectory.patch)
+        base_index = base.path()
         index = base_index.with_name(f"{n}.index")
         reasons: list[str] = []
         for method, flags, text in _apply_attempts(patch, max_fuzz):
@@ -207,6 +250,7 @@ class Workspace:
                 f"committer {COMMIT_IDENTITY} {COMMIT_EPOCH}\n\ntrajectory {c.trajectory_id}\n"
             )
             c.commit = self._write_object("commit", body.encode())
+        self._new_objects.flush(self.git_dir / "objects")
         refs = {BASE_REF: self.base_commit} | {c.ref: c.commit for c in self.candidates.values() if c.commit}
         bare.write_packed_refs(self.git_dir, refs)  # a new repository: one file, no `update-ref` process
 
@@ -214,15 +258,7 @@ class Workspace:
         """Store a loose object the way git does (zlib of "kind size\\0body", named by its SHA-1)."""
         if len(self.base_commit) != 40:  # a SHA-256 repository: let git hash it
             return out(["hash-object", "-t", kind, "-w", "--stdin"], git_dir=self.git_dir, input=body)
-        data = f"{kind} {len(body)}\0".encode() + body
-        sha = hashlib.sha1(data).hexdigest()
-        path = self.git_dir / "objects" / sha[:2] / sha[2:]
-        if not path.exists():
-            path.parent.mkdir(exist_ok=True)
-            tmp = path.with_name(f"{sha[2:]}.{threading.get_ident()}.tmp")
-            tmp.write_bytes(zlib.compress(data))
-            os.replace(tmp, path)
-        return sha
+        return self._new_objects.add(kind, body)
 
     def _verify(self, max_fuzz: int = DEFAULT_MAX_FUZZ) -> None:
         """Check each branch: a plain apply for lines the patch never wrote, a tolerant one file by file."""

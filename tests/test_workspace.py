@@ -39,7 +39,17 @@ def test_only_base_and_trajectory_refs_are_reachable(repo: RepoFactory, mirrors:
         # Objects are borrowed from the mirror, not copied: the workspace holds only the new commits' objects.
         alternates = (ws.git_dir / "objects/info/alternates").read_text().strip()
         assert alternates == str(mirrors.path_for(str(repo.path)) / "objects")
-        assert not list((ws.git_dir / "objects/pack").iterdir())
+        # The new objects are one pack, which git verifies, holding what the branches add to the base.
+        (pack,) = (ws.git_dir / "objects/pack").glob("*.pack")
+        listing = ws_git(ws, "verify-pack", "-v", str(pack)).splitlines()
+        packed = {
+            line.split()[0] for line in listing if line.split()[1:2] in (["blob"], ["tree"], ["commit"])
+        }
+        branches = [ws.commit_of("good"), ws.candidates["bad"].commit or ""]
+        added = ws_git(ws, "rev-list", "--objects", *branches, "--not", repo.base).split("\n")
+        assert packed == {line.split()[0] for line in added if line}
+        assert len(packed) == 7  # 2 commits, 2 blobs, 3 trees
+        ws_git(ws, "fsck", "--no-dangling")
         assert ws.read_file("good", "pkg/core.py").decode() == FIX["pkg/core.py"]
         assert ws.read_file(BASE, "pkg/core.py").decode() == BASE_FILES["pkg/core.py"]
         assert "+    return a + b" in ws.diff("good")

@@ -14,13 +14,14 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import openai
 from openai import Stream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -154,9 +155,12 @@ def _reply_format(toolbox: Toolbox, only_submit: bool) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
 
 
-def _assemble(chunks: Stream[ChatCompletionChunk], deadline: float, wall_seconds: float) -> ChatCompletion:
+def _assemble(chunks: Iterable[Any], deadline: float, wall_seconds: float) -> ChatCompletion:
     """The completion a stream of chunks adds up to: content, tool calls by index (arguments concatenated;
     an object given whole is kept), finish reason, usage and llama.cpp's timings.
+
+    The chunks are the server's JSON objects as parsed (`Stream[object]`): a real server sends one per
+    generated token, and building the client's model for each cost more than the rest of a turn here.
 
     Raises:
         GradingFailed: the deadline passed before the last chunk (the caller closes the stream).
@@ -168,24 +172,27 @@ def _assemble(chunks: Stream[ChatCompletionChunk], deadline: float, wall_seconds
     for chunk in chunks:
         if time.monotonic() > deadline:
             raise GradingFailed(f"wall-time budget exhausted ({wall_seconds:g}s)")
-        head = head or {"id": chunk.id, "created": chunk.created, "model": chunk.model}
-        extra = chunk.model_extra or {}
-        if extra.get("timings"):
-            head["timings"] = extra["timings"]
-        if chunk.usage is not None:
-            usage = chunk.usage.model_dump()
-        for choice in chunk.choices[:1]:
+        if not isinstance(chunk, dict):
+            continue
+        head = head or {"id": chunk.get("id") or "", "created": chunk.get("created") or 0}
+        head.setdefault("model", chunk.get("model") or "")
+        if chunk.get("timings"):
+            head["timings"] = chunk["timings"]
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice in (chunk.get("choices") or [])[:1]:
             seen_choice = True
-            finish = choice.finish_reason or finish
-            delta = choice.delta
-            if delta.content:
-                content.append(delta.content)
-            for piece in delta.tool_calls or []:
-                call = calls.setdefault(piece.index, {"id": None, "name": "", "arguments": ""})
-                call["id"] = piece.id or call["id"]
-                if piece.function is not None:
-                    call["name"] = call["name"] or piece.function.name or ""
-                    arguments = piece.function.arguments
+            finish = choice.get("finish_reason") or finish
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                content.append(delta["content"])
+            for piece in delta.get("tool_calls") or []:
+                call = calls.setdefault(piece.get("index", 0), {"id": None, "name": "", "arguments": ""})
+                call["id"] = piece.get("id") or call["id"]
+                function = piece.get("function")
+                if isinstance(function, dict):
+                    call["name"] = call["name"] or function.get("name") or ""
+                    arguments = function.get("arguments")
                     if isinstance(arguments, str):
                         call["arguments"] += arguments
                     elif arguments is not None:
@@ -602,7 +609,7 @@ class LLMGrader:
             cast_to=ChatCompletion,
             options={"timeout": timeout},
             stream=True,
-            stream_cls=Stream[ChatCompletionChunk],
+            stream_cls=Stream[object],
         )
         with stream:
             return _assemble(stream, deadline, self.config.budgets.wall_seconds)

@@ -1,0 +1,284 @@
+"""Applying a patch in process, for the patches git would apply at the first place it tries.
+
+Most patches a rollout produces are `git diff` output against the very base they are applied to: every hunk
+sits exactly where its header says. For those, `git apply --cached` + `git write-tree` (two processes per
+patch) compute nothing that a few lines of Python cannot: each hunk's old lines at git's first-tried position,
+replaced by its new lines, and the touched trees rewritten. This module does that, following git's rules for
+that first try (apply.c, `apply_one_fragment` / `find_pos`):
+
+- a hunk is tried at its new position (`+N` of `@@ -M +N @@`, less one; 0 for N = 0) in the file as the
+  earlier hunks left it;
+- a hunk whose old position is 0 or 1 must match at the file's start, one without trailing context lines
+  at its end (git tries only that position then);
+- old lines match byte for byte; "\\ No newline at end of file" takes the newline off the line before it;
+  an empty line in a hunk is an empty context line.
+
+Whatever falls outside those rules is declined, with the reason, and the workspace hands the patch to git as
+before: a hunk git would look for elsewhere (an offset), renames and copies, mode changes, binary patches,
+symlinks and submodules, quoted or unusual paths, a path touched twice, counts that do not fit the body, text
+around the hunks. A declined patch costs one parse; an accepted one yields exactly the tree git makes
+(tests/test_exactapply.py compares tree ids with git's on generated patches).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader import gitobjects
+from grader.gitobjects import BaseFiles, Entry
+
+_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_INDEX = re.compile(r"index [0-9a-f]{7,64}\.\.[0-9a-f]{7,64}(?: (100644|100755))?")
+_MODE_LINE = re.compile(r"(new|deleted) file mode (100644|100755)")
+_UNUSUAL = re.compile(r'[\x00-\x1f"\\\x7f]')
+
+
+class Declined(Exception):
+    """The patch is not one this module applies (the reason says why); git applies it instead."""
+
+
+@dataclass
+class _Hunk:
+    old_start: int
+    new_start: int
+    old: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    leading: int = 0
+    trailing: int = 0
+
+
+@dataclass
+class FileChange:
+    """One file of a patch as git reads it: its path, what happens to it, and its hunks."""
+
+    path: str
+    action: str  # "modify", "add" or "delete"
+    mode: str | None  # the mode a new file gets, or the one the header says the old file has
+    hunks: list[_Hunk]
+
+
+def _split(text: str) -> list[str]:
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _path_of(header: str) -> str:
+    """P from "diff --git a/P b/P"; declined when the two names differ or need quoting."""
+    rest = header[len("diff --git ") :]
+    half = (len(rest) - 1) // 2
+    path = rest[2:half]
+    if rest != f"a/{path} b/{path}" or not path:
+        raise Declined(f"header {header!r}: not the same plain path on both sides")
+    parts = path.split("/")
+    if _UNUSUAL.search(path) or any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+        raise Declined(f"path {path!r}: unusual characters or components")
+    return path
+
+
+def _read_hunk(lines: list[str], at: int, header: re.Match[str]) -> tuple[_Hunk, int]:
+    """Consume one hunk's body exactly as its counts say, as git's parser does."""
+    old_count = int(header.group(2)) if header.group(2) is not None else 1
+    new_count = int(header.group(4)) if header.group(4) is not None else 1
+    hunk = _Hunk(int(header.group(1)), int(header.group(3)))
+    kinds: list[str] = []
+    while old_count or new_count:
+        if at >= len(lines):
+            raise Declined("a hunk ends before its counts are used up")
+        line = lines[at]
+        kind, text = (" ", "\n") if line == "\n" else (line[:1], line[1:])
+        if kind == "\\":
+            raise Declined("a no-newline marker that follows no line")
+        if kind not in (" ", "-", "+") or (kind != "+" and not old_count) or (kind != "-" and not new_count):
+            raise Declined(f"a hunk's line does not fit its counts: {line[:40]!r}")
+        if kind != "+":
+            hunk.old.append(text)
+            old_count -= 1
+        if kind != "-":
+            hunk.new.append(text)
+            new_count -= 1
+        kinds.append(kind)
+        at += 1
+        if at < len(lines) and lines[at].startswith("\\"):  # "\ No newline at end of file"
+            if kind != "+":
+                hunk.old[-1] = hunk.old[-1].removesuffix("\n")
+            if kind != "-":
+                hunk.new[-1] = hunk.new[-1].removesuffix("\n")
+            at += 1
+    hunk.leading = next((i for i, k in enumerate(kinds) if k != " "), len(kinds))
+    hunk.trailing = next((i for i, k in enumerate(reversed(kinds)) if k != " "), len(kinds))
+    return hunk, at
+
+
+def read_patch(patch: str) -> list[FileChange]:
+    """The patch's files, when every one is a plain `diff --git` text change this module can apply.
+
+    Args:
+        patch: the patch text, as git would receive it.
+
+    Returns:
+        Its files in order.
+
+    Raises:
+        Declined: naming the first thing outside the supported forms.
+    """
+    lines = _split(patch)
+    at = 0
+    files: list[FileChange] = []
+    while at < len(lines):
+        if not lines[at].startswith("diff --git "):
+            if files or lines[at].strip():
+                raise Declined(f"text outside a file's diff: {lines[at][:40]!r}")
+            at += 1  # blank lines before the first file
+            continue
+        path = _path_of(lines[at].rstrip("\n"))
+        at += 1
+        action, mode, minus, plus = "modify", None, None, None
+        while at < len(lines) and not lines[at].startswith(("--- ", "@@", "diff --git ")):
+            line = lines[at].rstrip("\n")
+            if m := _MODE_LINE.fullmatch(line):
+                action, mode = ("add" if m.group(1) == "new" else "delete"), m.group(2)
+            elif m := _INDEX.fullmatch(line):
+                mode = mode or m.group(1)
+            else:
+                raise Declined(f"{path}: extended header {line[:40]!r}")
+            at += 1
+        if at < len(lines) and lines[at].startswith("--- "):
+            minus = lines[at].rstrip("\n")[4:]
+            has_plus = at + 1 < len(lines) and lines[at + 1].startswith("+++ ")
+            plus = lines[at + 1].rstrip("\n")[4:] if has_plus else None
+            at += 2
+            expected = {
+                "modify": (f"a/{path}", f"b/{path}"),
+                "add": ("/dev/null", f"b/{path}"),
+                "delete": (f"a/{path}", "/dev/null"),
+            }[action]
+            if (minus, plus) != expected:
+                raise Declined(f"{path}: file names {minus!r} / {plus!r} do not match the header")
+        hunks: list[_Hunk] = []
+        while at < len(lines) and lines[at].startswith("@@"):
+            if minus is None:
+                raise Declined(f"{path}: hunks without file names")
+            header = _HUNK.match(lines[at])
+            if header is None:
+                raise Declined(f"{path}: hunk header {lines[at][:40]!r}")
+            hunk, at = _read_hunk(lines, at + 1, header)
+            hunks.append(hunk)
+        if action == "modify" and not hunks:
+            raise Declined(f"{path}: a change with no hunks")
+        files.append(FileChange(path, action, mode, hunks))
+    paths = [f.path for f in files]
+    for path in paths:
+        if paths.count(path) > 1 or any(other.startswith(f"{path}/") for other in paths):
+            raise Declined(f"{path}: touched twice, or both as a file and as a directory")
+    return files
+
+
+def apply_hunks(base: str, change: FileChange) -> str:
+    """The file after its hunks, each placed where git first tries it.
+
+    Args:
+        base: the file's text ("" for a new file).
+        change: the file's change.
+
+    Returns:
+        The new text.
+
+    Raises:
+        Declined: when a hunk's old lines are not at that place (git would search further).
+    """
+    image = _split(base)
+    for number, hunk in enumerate(change.hunks, start=1):
+        if hunk.old_start <= 1:  # git: match_beginning
+            at = 0
+        elif not hunk.trailing:  # git: match_end
+            at = len(image) - len(hunk.old)
+        else:
+            at = hunk.new_start - 1 if hunk.new_start else 0
+        if hunk.old_start <= 1 and not hunk.trailing and len(hunk.old) != len(image):
+            raise Declined(f"{change.path}: hunk {number} must match the whole file")
+        if at < 0 or image[at : at + len(hunk.old)] != hunk.old:
+            raise Declined(f"{change.path}: hunk {number} is not where its header says")
+        image[at : at + len(hunk.old)] = hunk.new
+    return "".join(image)
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(len(parts))]  # "", "a", "a/b" for "a/b/c"
+
+
+def apply_patch(
+    patch: str, git_dir: Path, base_tree: str, base_files: BaseFiles, store: Callable[[str, bytes], str]
+) -> str:
+    """The tree `git apply --cached` + `git write-tree` would make of `base_tree` with `patch`.
+
+    Args:
+        patch: the patch text (what git would receive).
+        git_dir: a SHA-1 repository that has the base's objects (directly or through alternates).
+        base_tree: the full id of the base's root tree.
+        base_files: the memo the base's trees and files are read through.
+        store: takes each new object (kind, body) and returns its id, e.g. `ObjectBuffer.add`, which the
+            caller writes to the repository before git reads the tree.
+
+    Returns:
+        The new root tree's id.
+
+    Raises:
+        Declined: when the patch is outside what this module applies, or would not apply at git's first try.
+        GitError: when git cannot read the base's objects.
+    """
+    changes = read_patch(patch)
+    wanted = {p for c in changes for p in [*_parents(c.path), c.path]}
+    base = base_files.read(git_dir, base_tree, sorted(wanted))
+    trees: dict[str, dict[str, Entry]] = {}
+    for directory in sorted({p for c in changes for p in _parents(c.path)}, key=len):
+        obj = base.get(directory)
+        if obj is not None and obj.kind != "tree":
+            raise Declined(f"{directory!r} is a {obj.kind} in the base, not a directory")
+        trees[directory] = gitobjects.parse_tree(obj.body) if obj is not None else {}
+    for change in changes:
+        parent, _, name = change.path.rpartition("/")
+        entry = trees[parent].get(name)
+        obj = base.get(change.path)
+        if change.action == "add":
+            if entry is not None:
+                raise Declined(f"{change.path}: a new file where the base has one")
+            text = ""
+        else:
+            if entry is None or obj is None or entry.mode not in gitobjects.FILE_MODES:
+                raise Declined(f"{change.path}: not a regular file in the base")
+            if change.mode is not None and change.mode != entry.mode:
+                raise Declined(
+                    f"{change.path}: the header's mode {change.mode} is not the base's {entry.mode}"
+                )
+            if b"\0" in obj.body:
+                raise Declined(f"{change.path}: a binary file in the base")
+            text = obj.body.decode("utf-8", "surrogateescape")
+        result = apply_hunks(text, change)
+        if change.action == "delete":
+            if result:
+                raise Declined(f"{change.path}: the removal leaves content")
+            del trees[parent][name]
+            continue
+        try:
+            body = result.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise Declined(f"{change.path}: text that does not encode: {exc}") from exc
+        mode = change.mode if change.action == "add" else entry.mode  # type: ignore[union-attr]
+        trees[parent][name] = Entry(mode or "100644", store("blob", body))
+    for directory in sorted(trees, key=lambda d: -len(d.split("/")) if d else 0):
+        if not directory:
+            continue
+        parent, _, name = directory.rpartition("/")
+        if trees[directory]:
+            oid = store("tree", gitobjects.serialize_tree(trees[directory]))
+            trees[parent][name] = Entry(gitobjects.TREE_MODE, oid)
+        else:  # git keeps no empty directory
+            trees[parent].pop(name, None)
+    return store("tree", gitobjects.serialize_tree(trees[""]))
+
+
+__all__ = ["Declined", "FileChange", "apply_hunks", "apply_patch", "read_patch"]
