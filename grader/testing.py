@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ class Reply:
     status: int = 200
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    cut_after: int | None = None
+    """Send only this many bytes of the body, then drop the connection (a server that dies mid-reply)."""
 
 
 _ids = count(1)
@@ -187,6 +190,8 @@ class ScriptedServer:
     def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 0) -> None:
         self.policy = policy
         self.requests: list[dict[str, Any]] = []
+        self.connections = 0
+        """TCP connections accepted so far (a client keeping them alive opens one per thread)."""
         self._lock = threading.Lock()
         server = self
 
@@ -198,6 +203,11 @@ class ScriptedServer:
 
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
+
+            def setup(self) -> None:
+                with server._lock:
+                    server.connections += 1
+                super().setup()
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 arrived = time.monotonic()
@@ -228,6 +238,12 @@ class ScriptedServer:
                     for key, value in reply.headers.items():
                         self.send_header(key, value)
                     self.end_headers()
+                    if reply.cut_after is not None:
+                        self.wfile.write(payload[: reply.cut_after])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout): nothing to answer

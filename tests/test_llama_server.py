@@ -60,6 +60,7 @@ def grade(
         structured=structured,
     )
     result = grade_group_sync(group, grader)
+    assert result.transcript, result.reason
     return result, read_transcript(result.transcript)
 
 

@@ -62,6 +62,29 @@ def assert_unchanged(result: GroupResult) -> None:
     assert result.advantages_after == result.advantages_before
 
 
+def test_a_grading_keeps_one_connection_alive_across_its_streamed_turns() -> None:
+    # openai's sync stream closed the response at [DONE] unread, and with it the connection: one per turn.
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    with ScriptedServer(inspector) as server:
+        grader = LLMGrader("scripted", base_url=server.url, budgets=FAST, sandbox=None, seed=7)
+        result = grade_group_sync(group, grader)
+        assert result.status == "graded", result.reason
+        assert len(server.requests) >= 3 and all(r.get("stream") for r in server.requests)
+        assert server.connections == 1
+
+
+def test_a_stream_that_breaks_off_mid_reply_is_retried(tmp_path: Path) -> None:
+    def dies_once(request: dict[str, Any], n: int) -> Reply:
+        reply = inspector(request, n)
+        return Reply(reply.body, cut_after=150) if n == 1 else reply
+
+    result, requests = grade_with(dies_once, tmp_path=tmp_path)
+    assert result.status == "graded", result.reason
+    retries = [e for e in read_transcript(result.transcript) if e["type"] == "retry"]
+    assert len(retries) == 1 and "stream broke off" in retries[0]["error"]
+    assert requests[1] == requests[2]  # the same turn, asked again
+
+
 def test_a_model_that_inspects_and_ranks(tmp_path: Path) -> None:
     result, requests = grade_with(inspector, tmp_path=tmp_path)
     assert result.status == "graded", result.reason

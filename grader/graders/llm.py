@@ -9,12 +9,13 @@ group passes through unchanged.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -155,11 +156,65 @@ def _reply_format(toolbox: Toolbox, only_submit: bool) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
 
 
+def _lines(response: Any) -> Iterator[str]:
+    """The response body's lines; a transport error mid-body (the server went away) raises
+    `openai.APIConnectionError`, which is retried, as the same error before the body would be."""
+    lines = response.iter_lines()
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except Exception as exc:  # the HTTP library's own errors, whichever one openai ships with
+            message = f"the stream broke off: {type(exc).__name__}: {exc}"
+            raise openai.APIConnectionError(message=message, request=response.request) from exc
+        yield line
+
+
+class _ChunkStream(Stream[object]):
+    """A completion's server-sent events, each the server's JSON object as parsed, read to the body's end.
+
+    openai's synchronous `Stream` stops reading at "[DONE]" and closes the response, which on HTTP/1.1 also
+    closes the connection, so every turn paid a new TCP connection (its `AsyncStream` drains the rest for
+    this reason). Here the rest is read, and the connection goes back to the pool. Errors a server reports
+    inside the stream raise `openai.APIError`, as openai's streams do; a body that breaks off raises
+    `openai.APIConnectionError`.
+    """
+
+    def __stream__(self) -> Iterator[object]:
+        response = self.response
+        data: list[str] = []
+        done = False
+        try:
+            for line in itertools.chain(_lines(response), [""]):  # "" ends a last event
+                if line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                    continue
+                if line or not data:  # event:, id:, retry: and comments carry nothing a completion needs
+                    continue
+                payload, data = "\n".join(data), []
+                if done or payload.startswith("[DONE]"):
+                    done = True
+                    continue
+                chunk = json.loads(payload)
+                if isinstance(chunk, dict) and chunk.get("error"):
+                    error = chunk["error"]
+                    message = error.get("message") if isinstance(error, dict) else None
+                    raise openai.APIError(
+                        message=message if isinstance(message, str) else "an error occurred during streaming",
+                        request=response.request,
+                        body=error,
+                    )
+                yield chunk
+        finally:
+            response.close()
+
+
 def _assemble(chunks: Iterable[Any], deadline: float, wall_seconds: float) -> ChatCompletion:
     """The completion a stream of chunks adds up to: content, tool calls by index (arguments concatenated;
     an object given whole is kept), finish reason, usage and llama.cpp's timings.
 
-    The chunks are the server's JSON objects as parsed (`Stream[object]`): a real server sends one per
+    The chunks are the server's JSON objects as parsed (`_ChunkStream`): a real server sends one per
     generated token, and building the client's model for each cost more than the rest of a turn here.
 
     Raises:
@@ -609,7 +664,7 @@ class LLMGrader:
             cast_to=ChatCompletion,
             options={"timeout": timeout},
             stream=True,
-            stream_cls=Stream[object],
+            stream_cls=_ChunkStream,
         )
         with stream:
             return _assemble(stream, deadline, self.config.budgets.wall_seconds)
