@@ -29,6 +29,7 @@ from pathlib import Path
 
 from grader import gitobjects
 from grader.gitobjects import BaseFiles, Entry
+from grader.hunks import split_lines
 
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _INDEX = re.compile(r"index [0-9a-f]{7,64}\.\.[0-9a-f]{7,64}(?: (100644|100755))?")
@@ -58,11 +59,6 @@ class FileChange:
     action: str  # "modify", "add" or "delete"
     mode: str | None  # the mode a new file gets, or the one the header says the old file has
     hunks: list[_Hunk]
-
-
-def _split(text: str) -> list[str]:
-    parts = text.split("\n")
-    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def _path_of(header: str) -> str:
@@ -124,7 +120,7 @@ def read_patch(patch: str) -> list[FileChange]:
     Raises:
         Declined: naming the first thing outside the supported forms.
     """
-    lines = _split(patch)
+    lines = split_lines(patch)
     at = 0
     files: list[FileChange] = []
     while at < len(lines):
@@ -189,7 +185,7 @@ def apply_hunks(base: str, change: FileChange) -> str:
     Raises:
         Declined: when a hunk's old lines are not at that place (git would search further).
     """
-    image = _split(base)
+    image = split_lines(base)
     for number, hunk in enumerate(change.hunks, start=1):
         if hunk.old_start <= 1:  # git: match_beginning
             at = 0

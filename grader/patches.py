@@ -14,6 +14,7 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from grader.errors import PatchError
+from grader.hunks import split_lines
 from grader.models import PatchStats
 
 DEFAULT_MAX_PATCH_BYTES = 2_000_000
@@ -134,7 +135,7 @@ def recount(patch: str) -> str:
     lines its header promises is a truncated patch and raises PatchError; one short only of trailing context
     (up to 3 lines, as when trailing blank lines were stripped) keeps its edit intact and is recounted.
     """
-    lines = patch.splitlines(keepends=True)
+    lines = split_lines(patch)  # at LF only, as git reads a patch: a form feed is no line end
     result: list[str] = []
     i = 0
     while i < len(lines):

@@ -536,7 +536,7 @@ def _split_diff_tree(text: str, commits: list[str]) -> dict[str, str]:
     wanted = set(commits)
     result: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in text.splitlines(keepends=True):
+    for line in hunks.split_lines(text):  # at LF only: a form feed inside a file's line is no line end
         sha = line.strip()
         if sha in wanted and len(sha) == 40:
             current = result.setdefault(sha, [])

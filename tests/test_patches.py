@@ -91,6 +91,15 @@ def test_miscounted_hunks_are_recounted() -> None:
     assert patches.recount(diff).splitlines()[2] == "@@ -1,3 +1,3 @@"
 
 
+def test_a_form_feed_inside_a_line_is_no_line_end() -> None:
+    diff = (
+        "--- a/x\n+++ b/x\n@@ -1,4 +1,4 @@\n a\n \x0c\n-b\n+B\n c\n"  # a page break line, as old sources have
+    )
+    assert patches.recount(diff) == diff
+    parsed = patches.validate(diff)
+    assert [(h.source_length, h.target_length) for f in parsed for h in f] == [(4, 4)]
+
+
 def test_lost_trailing_context_is_not_truncation() -> None:
     diff = "--- a/x\n+++ b/x\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n"  # the final blank context line was stripped
     stats = patches.stats(patches.validate(diff))

@@ -157,18 +157,27 @@ def _reply_format(toolbox: Toolbox, only_submit: bool) -> dict[str, Any]:
 
 
 def _lines(response: Any) -> Iterator[str]:
-    """The response body's lines; a transport error mid-body (the server went away) raises
-    `openai.APIConnectionError`, which is retried, as the same error before the body would be."""
-    lines = response.iter_lines()
+    """The response body's lines (ended by LF, CRLF or CR, as server-sent events may be); a transport error
+    mid-body (the server went away) raises `openai.APIConnectionError`, which is retried, as the same error
+    before the body would be. Split here from the raw bytes: the HTTP library's line decoder cost more than
+    the rest of reading a reply."""
+    chunks = response.iter_bytes()
+    pending = b""
     while True:
         try:
-            line = next(lines)
+            chunk = next(chunks)
         except StopIteration:
-            return
+            break
         except Exception as exc:  # the HTTP library's own errors, whichever one openai ships with
             message = f"the stream broke off: {type(exc).__name__}: {exc}"
             raise openai.APIConnectionError(message=message, request=response.request) from exc
-        yield line
+        lines = (pending + chunk).splitlines(keepends=True)
+        # A last line without its end waits for the next chunk (so does a lone CR, which may start a CRLF).
+        pending = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        for line in lines:
+            yield line.rstrip(b"\r\n").decode("utf-8", "replace")
+    if pending:
+        yield pending.rstrip(b"\r\n").decode("utf-8", "replace")
 
 
 class _ChunkStream(Stream[object]):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.errors import ToolError
+from grader.hunks import split_lines
 from grader.ranking import InvalidRanking, validate_ranking
 from grader.sandbox.base import Sandbox, SandboxError
 from grader.sandbox.output import cap_text
@@ -46,7 +47,7 @@ _INJECTION = re.compile(
 def find_injections(patch_text: str) -> list[str]:
     """Added lines of a patch that address the grader instead of the code (prompt injection attempts)."""
     hits = []
-    for line in patch_text.splitlines():
+    for line in patch_text.split("\n"):  # not splitlines: text after a form feed is still the added line
         if line.startswith("+") and not line.startswith("+++") and _INJECTION.search(line):
             hits.append(line[1:].strip()[:200])
     return hits
@@ -64,7 +65,7 @@ def compact_diff(text: str) -> str:
         The same diff, shorter by three lines a file.
     """
     kept, in_header = [], False
-    for line in text.splitlines(keepends=True):
+    for line in split_lines(text):
         if line.startswith("diff --git "):
             in_header = True
         elif line.startswith("@@"):
@@ -379,7 +380,8 @@ class Toolbox:
             data = self.view.read_file(self._target(target), path)
         except FileNotFoundError as exc:
             raise ToolError(str(exc)) from None
-        lines = data.decode("utf-8", "replace").splitlines()
+        # Numbered as git and editors count lines: at LF only (splitlines also cuts at form feeds).
+        lines = [line.rstrip("\r\n") for line in split_lines(data.decode("utf-8", "replace"))]
         end = min(len(lines), end_line or len(lines))
         if start_line > max(1, len(lines)):
             raise ToolError(f"{path} has {len(lines)} lines")
