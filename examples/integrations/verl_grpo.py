@@ -6,7 +6,9 @@ submits the batch to a background grader, verl then computes its log-probs while
 advantages; `compute_data_metrics` adds the grader's `gagar/...` metrics to verl's metrics dict. Here the
 batch is the bundled example group (examples/inventory_group.json) as the reward step leaves it: the task
 in each dataset row's `extra_info`, the patch and pass flag returned by the reward function. The log-prob
-step is stood in by a 1 s sleep (no model here). Run: python examples/integrations/verl_grpo.py (needs verl).
+step is stood in by a 1 s sleep (no model here). The same `install_grader` call hooks verl's v1 trainer
+(`verl.trainer.ppo.v1`), whose step keeps its batch in TransferQueue; tests/test_integrations_verl_v1.py
+runs that step. Run: python examples/integrations/verl_grpo.py (needs verl).
 """
 
 from __future__ import annotations
