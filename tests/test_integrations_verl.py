@@ -200,6 +200,41 @@ def test_grading_overlaps_verls_log_probs_and_lands_in_its_advantages_and_metric
     grader.close()
 
 
+def test_a_step_whose_rows_cannot_be_submitted_trains_on_verls_advantages(caplog) -> None:
+    from grader.formats import load_group_file
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations.batch import BatchGrader
+    from tests.conftest import EXAMPLE_GROUP
+
+    (example,) = load_group_file(EXAMPLE_GROUP)
+    ts = example.trajectories
+    task = {"repo": example.task.repo, "base_commit": example.task.base_commit, "statement": "s"}
+    args = (["g"] * len(ts), [t.patch for t in ts], [float(bool(t.passed)) for t in ts], task)
+    grader = BatchGrader(HeuristicGrader(), gagar_verl.VERL_MAPPING)
+    uninstall = gagar_verl.install_grader(grader, deadline=60)
+    try:
+        ray_trainer.extract_reward(generated_batch(*args))
+        # The same groups again before the first were collected (a trainer that re-scores a batch): the
+        # batch grader refuses them, and that must not cost the step.
+        again = generated_batch(*args)
+        ray_trainer.extract_reward(again)
+        assert "gagar_trajectory" not in again.non_tensor_batch
+        assert "this step is not graded: CollectError" in caplog.text
+        again.batch["token_level_scores"] = again.batch["token_level_rewards"] = again.batch["rm_scores"]
+        plain = ray_trainer.compute_advantage.__gagar_original__(
+            DataProto.from_dict(
+                tensors={k: again.batch[k].clone() for k in ("response_mask", "token_level_rewards")},
+                non_tensors={"uid": again.non_tensor_batch["uid"]},
+            ),
+            adv_estimator="grpo",
+        ).batch["advantages"]
+        got = ray_trainer.compute_advantage(again, adv_estimator="grpo", num_repeat=1).batch["advantages"]
+        assert torch.equal(got, plain)
+    finally:
+        uninstall()
+        grader.close()
+
+
 def test_preserve_follows_verls_loss_aggregation() -> None:
     assert gagar_verl.preserve_for_loss_agg_mode("token-mean") == "token"
     assert gagar_verl.preserve_for_loss_agg_mode("seq-mean-token-mean") == "sequence"

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.integrations.batch import BatchGrader
+from grader.integrations.batch import BatchGrader, log
 from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.weights import WeightsFn, call_weights_fn
@@ -445,7 +445,11 @@ def install_grader(
             if batch.meta_info.get("validate"):  # verl's validation scores too; nothing to train, no grading
                 return reward_tensor, extra
             batch.non_tensor_batch[ROW_KEY] = np.array([str(i) for i in range(len(batch))], dtype=object)
-            grader.submit(verl_rows(batch, reward_tensor, dict(extra or {}), pass_threshold))
+            try:
+                grader.submit(verl_rows(batch, reward_tensor, dict(extra or {}), pass_threshold))
+            except Exception as exc:  # grading never crashes the step: this one trains on verl's advantages
+                batch.non_tensor_batch.pop(ROW_KEY)
+                log.warning("gagar: this step is not graded: %s: %s", type(exc).__name__, exc)
             return reward_tensor, extra
 
         return extract_reward
@@ -474,9 +478,13 @@ def install_grader(
             # v1's _validate samples from the "val" partition and never balances; the check keeps a
             # subclass that does from grading validation rollouts.
             if batch.partition_id != "val" and not (batch.extra_info or {}).get("validate"):
-                rows = _v1_rows(batch, v1_fields, pass_threshold)
-                grader.submit(rows)
-                pending.update(row["trajectory_id"] for row in rows)
+                try:
+                    rows = _v1_rows(batch, v1_fields, pass_threshold)
+                    grader.submit(rows)
+                except Exception as exc:  # grading never crashes the step: it trains on verl's advantages
+                    log.warning("gagar: this step is not graded: %s: %s", type(exc).__name__, exc)
+                else:
+                    pending.update(row["trajectory_id"] for row in rows)
             return base(self, batch, *args, **kwargs)
 
         return _balance_batch
