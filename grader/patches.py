@@ -50,7 +50,10 @@ def strip_prefix(path: str) -> str:
 
 
 def _header_paths(patch: str) -> Iterable[tuple[int, str]]:
-    for number, line in enumerate(patch.splitlines(), start=1):
+    # At LF only, as git reads it; the prefix tests spare the regular expressions nearly every line.
+    for number, line in enumerate(patch.split("\n"), start=1):
+        if not line.startswith(("diff --git ", "--- ", "+++ ", "rename ", "copy ")):
+            continue
         if m := _DIFF_GIT.match(line):
             yield number, strip_prefix(m.group(1))
             yield number, strip_prefix(m.group(2))
@@ -93,6 +96,8 @@ def check_symlinks(patch: str) -> None:
     Raises:
         PatchError: naming the link and its target.
     """
+    if "120000" not in patch:  # no symlink mode anywhere: nothing to check
+        return
     lines = patch.splitlines()
     current: str | None = None
     symlink = False
@@ -174,13 +179,15 @@ def recount(patch: str) -> str:
     return "".join(result)
 
 
-def parse(patch: str) -> PatchSet:
-    """Parse a unified diff, with hunk headers recounted (see `recount`).
+def parse(patch: str, exact_counts: bool = False) -> PatchSet:
+    """Parse a unified diff, with hunk headers recounted (see `recount`) unless `exact_counts` says they
+    are right already (git's own output).
 
     Raises PatchError with the reason when the diff is malformed or truncated.
     """
+    text = ensure_final_newline(patch)
     try:
-        return PatchSet(recount(ensure_final_newline(patch)))
+        return PatchSet(text if exact_counts else recount(text))
     except UnidiffParseError as exc:
         raise PatchError(f"malformed diff: {exc}") from exc
 

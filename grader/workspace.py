@@ -272,10 +272,13 @@ class Workspace:
         plain = self._branch_diffs([c.commit or "" for c in changed], ["--no-renames"])
         moved = self._branch_diffs([c.commit or "" for c in renaming], ["-M"]) if renaming else {}
         for c in changed:
-            plain_diff = patches.parse(plain.get(c.commit or "", ""))
-            own_form = patches.parse(moved[c.commit or ""]) if c.commit in moved else plain_diff
+            plain_diff = patches.parse(plain.get(c.commit or "", ""), exact_counts=True)  # git's diff-tree
+            own_form = (
+                patches.parse(moved[c.commit or ""], exact_counts=True) if c.commit in moved else plain_diff
+            )
             if c.apply_method == "plain":
-                # git placed every hunk exactly: its tree is authoritative, only a foreign line can be wrong.
+                # Every hunk's old lines matched exactly (git's plain apply, or exactapply at git's first
+                # try): the tree follows from the patch, and only a foreign line can be wrong.
                 problem = patches.foreign_lines(c.parsed or PatchSet(""), own_form)
             else:
                 problem = self._check_post_images(c, plain_diff, max_fuzz)
@@ -357,7 +360,7 @@ class Workspace:
 
     def _binary_ids(self, c: Candidate, branch_diff) -> str:
         """A digest of the branch's binary blobs: their diffs carry no content to compare."""
-        binaries = patches.stats(branch_diff).binary_files
+        binaries = [patches.file_path(f) for f in branch_diff if f.is_binary_file]
         if not binaries:
             return ""
         listing = out(["ls-tree", "-r", c.commit or "", "--", *binaries], git_dir=self.git_dir)
