@@ -232,6 +232,11 @@ def apply_patch(
     trees: dict[str, dict[str, Entry]] = {}
     for directory in sorted({p for c in changes for p in _parents(c.path)}, key=len):
         obj = base.get(directory)
+        if directory:  # what its parent lists under its name: a gitlink's commit is not in the repository
+            parent, _, name = directory.rpartition("/")
+            listed = trees[parent].get(name)
+            if listed is not None and not listed.is_tree:
+                raise Declined(f"{directory!r} is not a directory in the base (mode {listed.mode})")
         if obj is not None and obj.kind != "tree":
             raise Declined(f"{directory!r} is a {obj.kind} in the base, not a directory")
         trees[directory] = gitobjects.parse_tree(obj.body) if obj is not None else {}

@@ -256,3 +256,19 @@ def test_binary_symlink_and_offset_patches_are_declined_for_git(make_repo, tmp_p
     with pytest.raises(exactapply.Declined, match="not where its header says"):
         ours(repo, shifted, git_dir, memo)
     assert git_tree(repo, shifted, tmp_path) is not None
+
+
+def test_a_file_under_a_submodule_is_declined(make_repo, tmp_path: Path) -> None:
+    repo = make_repo({"README.md": "r\n"})
+    # A submodule whose commit is not in this repository (the usual case): `tree:sub` reads as missing.
+    run_git(repo.path, "update-index", "--add", "--cacheinfo", "160000," + "12" * 20 + ",sub")
+    run_git(repo.path, "commit", "--quiet", "-m", "submodule")
+    repo.base = run_git(repo.path, "rev-parse", "HEAD").strip()
+    git_dir = tmp_path / "ws.git"
+    bare.init_bare(git_dir, repo.path / ".git" / "objects", head="refs/heads/base")
+    patch = (
+        "diff --git a/sub/x.py b/sub/x.py\nnew file mode 100644\n--- /dev/null\n+++ b/sub/x.py\n"
+        "@@ -0,0 +1 @@\n+x\n"
+    )
+    with pytest.raises(exactapply.Declined, match="not a directory in the base"):
+        ours(repo, patch, git_dir, gitobjects.BaseFiles())
