@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -192,30 +193,39 @@ def main() -> None:
             f"per group: {own + children:.1f} ms CPU ({own:.1f} ms in this process, {children:.1f} ms in "
             f"{processes:.1f} child processes)"
         )
-        modes = [("in-process", run_in_process)]
-        if not args.no_ray:
-            # Ray's own processes take seconds of CPU to start: started and settled before anything is timed.
-            run_ray(url, batch[:8], 8, noop_seconds=0.1)
-            time.sleep(5)
-            modes += [("ray-noop", lambda u, b, c: run_ray(u, b, c, noop_seconds=model_seconds))]
-            modes += [("ray", run_ray)]
         print(f"{args.groups} groups, {args.turns} turns x {args.latency:g}s per group")
         header = f"{'mode':<11} {'conc':>4} {'seconds':>8} {'groups/s':>9} {'ideal':>7} {'ratio':>6}"
         print(f"{header} {'/noop':>6}")
         rates: dict[tuple[str, int], list[float]] = {}
-        for _ in range(args.repeat):
-            for name, run in modes:
-                for c in args.concurrency:
-                    elapsed = run(url, batch, c)
-                    rate = args.groups / elapsed
-                    ideal = min(c, args.groups) / model_seconds
-                    rates.setdefault((name, c), []).append(rate)
-                    noop = rates.get(("ray-noop", c), [None])[-1] if name == "ray" else None
-                    versus = f"{rate / noop:>6.2f}" if noop else f"{'':>6}"
-                    print(
-                        f"{name:<11} {c:>4} {elapsed:>8.2f} {rate:>9.2f} {ideal:>7.2f} {rate / ideal:>6.2f} "
-                        f"{versus}"
-                    )
+
+        def measure(modes: list[tuple[str, Callable[[str, list[Group], int], float]]]) -> None:
+            for _ in range(args.repeat):
+                for name, run in modes:
+                    for c in args.concurrency:
+                        elapsed = run(url, batch, c)
+                        rate = args.groups / elapsed
+                        ideal = min(c, args.groups) / model_seconds
+                        rates.setdefault((name, c), []).append(rate)
+                        noop = rates.get(("ray-noop", c), [None])[-1] if name == "ray" else None
+                        versus = f"{rate / noop:>6.2f}" if noop else f"{'':>6}"
+                        print(
+                            f"{name:<11} {c:>4} {elapsed:>8.2f} {rate:>9.2f} {ideal:>7.2f} "
+                            f"{rate / ideal:>6.2f} {versus}"
+                        )
+
+        # In-process rows first, before Ray exists: its idle daemons (raylet, GCS, workers) take CPU from
+        # whatever else the process does, which is not what the in-process rows measure.
+        measure([("in-process", run_in_process)])
+        if not args.no_ray:
+            # Ray's own processes take seconds of CPU to start: started and settled before anything is timed.
+            run_ray(url, batch[:8], 8, noop_seconds=0.1)
+            time.sleep(5)
+            measure(
+                [
+                    ("ray-noop", lambda u, b, c: run_ray(u, b, c, noop_seconds=model_seconds)),
+                    ("ray", run_ray),
+                ]
+            )
     finally:
         process.terminate()
     for c in args.concurrency:

@@ -223,14 +223,14 @@ class ScriptedServer:
                         reply = server.policy(body, number)
                     except Exception as exc:  # a broken script shows up as a 500 the test can see
                         reply = error(500, f"policy raised {type(exc).__name__}: {exc}")
-                if reply.delay:  # counted from the request's arrival, as a model's latency would be
-                    time.sleep(max(0.0, reply.delay - (time.monotonic() - arrived)))
                 streamed = body.get("stream") and reply.status == 200 and "choices" in reply.body
                 if streamed:
                     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
                     payload = as_stream(reply.body, include_usage)
                 else:
                     payload = json.dumps(reply.body).encode()
+                if reply.delay:  # counted from the request's arrival, as a model's latency would be
+                    time.sleep(max(0.0, reply.delay - (time.monotonic() - arrived)))
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
