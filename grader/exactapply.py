@@ -206,13 +206,26 @@ def _parents(path: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(len(parts))]  # "", "a", "a/b" for "a/b/c"
 
 
+def paths_read(changes: list[FileChange]) -> list[str]:
+    """The base paths applying `changes` reads: each file and every directory above it ("" is the root).
+
+    A build asks `BaseFiles.read` for the paths of all its patches at once, so a task's first group costs one
+    `git cat-file` process rather than one per patch.
+    """
+    return sorted({p for c in changes for p in [*_parents(c.path), c.path]})
+
+
 def apply_patch(
-    patch: str, git_dir: Path, base_tree: str, base_files: BaseFiles, store: Callable[[str, bytes], str]
+    patch: str | list[FileChange],
+    git_dir: Path,
+    base_tree: str,
+    base_files: BaseFiles,
+    store: Callable[[str, bytes], str],
 ) -> str:
     """The tree `git apply --cached` + `git write-tree` would make of `base_tree` with `patch`.
 
     Args:
-        patch: the patch text (what git would receive).
+        patch: the patch text (what git would receive), or what `read_patch` made of it.
         git_dir: a SHA-1 repository that has the base's objects (directly or through alternates).
         base_tree: the full id of the base's root tree.
         base_files: the memo the base's trees and files are read through.
@@ -226,9 +239,8 @@ def apply_patch(
         Declined: when the patch is outside what this module applies, or would not apply at git's first try.
         GitError: when git cannot read the base's objects.
     """
-    changes = read_patch(patch)
-    wanted = {p for c in changes for p in [*_parents(c.path), c.path]}
-    base = base_files.read(git_dir, base_tree, sorted(wanted))
+    changes = read_patch(patch) if isinstance(patch, str) else patch
+    base = base_files.read(git_dir, base_tree, paths_read(changes))
     trees: dict[str, dict[str, Entry]] = {}
     for directory in sorted({p for c in changes for p in _parents(c.path)}, key=len):
         obj = base.get(directory)
@@ -282,4 +294,4 @@ def apply_patch(
     return store("tree", gitobjects.serialize_tree(trees[""]))
 
 
-__all__ = ["Declined", "FileChange", "apply_hunks", "apply_patch", "read_patch"]
+__all__ = ["Declined", "FileChange", "apply_hunks", "apply_patch", "paths_read", "read_patch"]

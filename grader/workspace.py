@@ -9,6 +9,7 @@ branch per passing trajectory (`refs/heads/candidates/...`) and one ref per fail
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shutil
@@ -161,7 +162,10 @@ class Workspace:
 
         # Applying in process is pure Python: threads would only take turns holding the GIL. Only the patches
         # it declines go to git, whose processes the shared pool overlaps.
-        applied = {n: self._apply_in_process(t, base.tree, max_patch_bytes) for n, t in unique}
+        changes = self._read_exact(unique, base.tree)
+        applied = {
+            n: self._apply_in_process(t, changes.get(n), base.tree, max_patch_bytes) for n, t in unique
+        }
         for_git = [(n, t) for n, t in unique if applied[n] == _NEEDS_GIT]
 
         def apply(item: tuple[int, Trajectory]) -> str | None:
@@ -181,7 +185,29 @@ class Workspace:
         if base.written:
             bare.remover.remove(self.path / "tmp")  # index files: deleted off the grading's path
 
-    def _apply_in_process(self, trajectory: Trajectory, base_tree: str, max_patch_bytes: int) -> str | None:
+    def _read_exact(
+        self, unique: list[tuple[int, Trajectory]], base_tree: str
+    ) -> dict[int, list[exactapply.FileChange]]:
+        """The patches `exactapply` can take, read; the base files they touch are fetched in one process."""
+        if len(self.base_commit) != 40:  # SHA-256: git applies everything
+            return {}
+        changes: dict[int, list[exactapply.FileChange]] = {}
+        for n, t in unique:
+            with contextlib.suppress(exactapply.Declined):
+                changes[n] = exactapply.read_patch(patches.ensure_final_newline(t.patch))
+        wanted = sorted({p for c in changes.values() for p in exactapply.paths_read(c)})
+        if wanted:
+            with contextlib.suppress(GitError, ValueError):  # each apply reads again, or declines to git
+                gitobjects.base_files.read(self.git_dir, base_tree, wanted)
+        return changes
+
+    def _apply_in_process(
+        self,
+        trajectory: Trajectory,
+        changes: list[exactapply.FileChange] | None,
+        base_tree: str,
+        max_patch_bytes: int,
+    ) -> str | None:
         """Validate the patch and apply it without git when it is exact (`exactapply`); returns the tree, ""
         for an empty patch, None for an invalid one (its error recorded), or `_NEEDS_GIT`."""
         candidate = self.candidates[trajectory.id]
@@ -196,16 +222,16 @@ class Workspace:
         if not patch.strip():
             candidate.apply_method = "empty"
             return ""
-        if len(self.base_commit) == 40:  # SHA-1: most patches need no git process (see exactapply)
-            try:
-                tree = exactapply.apply_patch(
-                    patch, self.git_dir, base_tree, gitobjects.base_files, self._new_objects.add
-                )
-            except (exactapply.Declined, GitError, ValueError):
-                return _NEEDS_GIT  # git applies it, from its plain apply on
-            candidate.apply_method = "plain"
-            return tree
-        return _NEEDS_GIT
+        if changes is None:  # outside what exactapply takes, or a SHA-256 repository
+            return _NEEDS_GIT
+        try:
+            tree = exactapply.apply_patch(
+                changes, self.git_dir, base_tree, gitobjects.base_files, self._new_objects.add
+            )
+        except (exactapply.Declined, GitError, ValueError):
+            return _NEEDS_GIT  # git applies it, from its plain apply on
+        candidate.apply_method = "plain"
+        return tree
 
     def _apply_with_git(self, n: int, trajectory: Trajectory, base: _BaseIndex, max_fuzz: int) -> str | None:
         """Apply the patch with git's chain of methods, most faithful first; returns the tree, or None with

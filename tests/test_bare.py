@@ -145,6 +145,24 @@ def test_a_forked_child_removes_with_its_own_thread(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_first_build_of_a_task_reads_its_base_files_in_one_process(
+    repo: RepoFactory, mirrors: MirrorCache
+) -> None:
+    group = repo.group(
+        {
+            "a": (repo.patch(FIX), True),
+            "b": (repo.patch({"pkg/util.py": "def clamp(x, lo, hi):\n    return x\n"}), True),
+            "c": (repo.patch({"tests/test_core.py": "def test_add():\n    pass\n"}), False),
+            "d": (repo.patch({"pkg/new.py": "x = 1\n"}), False),
+        }
+    )
+    with git_processes() as started, open_workspace(group, mirrors=mirrors) as ws:
+        assert all(c.apply_method == "plain" for c in ws.candidates.values())
+    # A new task: its mirror is made and its base resolved; then one read of every patch's base files.
+    built = started[started.index("rev-parse") :]
+    assert built == ["rev-parse", "cat-file", "diff-tree"], started
+
+
 def test_a_build_of_exact_patches_runs_only_one_diff_tree_and_applies_a_repeated_patch_once(
     repo: RepoFactory, mirrors: MirrorCache
 ) -> None:
