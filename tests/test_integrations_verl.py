@@ -132,6 +132,17 @@ def test_pass_flag_reward_and_mixed_rows_match_dapo_filter() -> None:
 # ------------------------------------------------------------------------------------------
 
 
+def verls_own_grpo(batch: DataProto) -> torch.Tensor:
+    """verl's GRPO advantages of a copy of `batch`, computed by its own function (the unwrapped one)."""
+    return ray_trainer.compute_advantage.__gagar_original__(
+        DataProto.from_dict(
+            tensors={k: batch.batch[k].clone() for k in ("response_mask", "token_level_rewards")},
+            non_tensors={"uid": batch.non_tensor_batch["uid"]},
+        ),
+        adv_estimator="grpo",
+    ).batch["advantages"]
+
+
 def generated_batch(group_ids: list[str], patches: list[str], scores: list[float], task: dict) -> DataProto:
     """A batch at the reward step, with response lengths that vary from row to row."""
     from grader.testing import verl_reward_batch
@@ -170,13 +181,7 @@ def test_grading_overlaps_verls_log_probs_and_lands_in_its_advantages_and_metric
         batch.reorder(torch.tensor(list(reversed(range(len(scores))))))  # rows may move; ids travel along
         batch.batch["token_level_scores"] = batch.batch["rm_scores"]
         batch.batch["token_level_rewards"] = batch.batch["rm_scores"]
-        base = ray_trainer.compute_advantage.__gagar_original__(
-            DataProto.from_dict(
-                tensors={k: batch.batch[k].clone() for k in ("response_mask", "token_level_rewards")},
-                non_tensors={"uid": batch.non_tensor_batch["uid"]},
-            ),
-            adv_estimator="grpo",
-        ).batch["advantages"]
+        base = verls_own_grpo(batch)
         batch = ray_trainer.compute_advantage(batch, adv_estimator="grpo", num_repeat=1)
         metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
     finally:
@@ -221,13 +226,7 @@ def test_a_step_whose_rows_cannot_be_submitted_trains_on_verls_advantages(caplog
         assert "gagar_trajectory" not in again.non_tensor_batch
         assert "this step is not graded: CollectError" in caplog.text
         again.batch["token_level_scores"] = again.batch["token_level_rewards"] = again.batch["rm_scores"]
-        plain = ray_trainer.compute_advantage.__gagar_original__(
-            DataProto.from_dict(
-                tensors={k: again.batch[k].clone() for k in ("response_mask", "token_level_rewards")},
-                non_tensors={"uid": again.non_tensor_batch["uid"]},
-            ),
-            adv_estimator="grpo",
-        ).batch["advantages"]
+        plain = verls_own_grpo(again)
         got = ray_trainer.compute_advantage(again, adv_estimator="grpo", num_repeat=1).batch["advantages"]
         assert torch.equal(got, plain)
     finally:
