@@ -50,7 +50,9 @@ class InFlight:
                 ("submit_ranking", {"ranking": [labels], "reasons": {}, "confidence": 1.0}), delay=self.delay
             )
         finally:
-            threading.Timer(self.delay, self._done).start()
+            # The server replies `delay` after the request arrived, a little before `delay` after this call:
+            # count it done just before that, or the next request can arrive while this one still counts.
+            threading.Timer(self.delay * 0.9, self._done).start()
 
     def _done(self) -> None:
         with self.lock:
