@@ -1,16 +1,15 @@
-"""Git objects read and written in process: loose objects, trees, and a memo of the base's files.
+"""Git objects read and written in process: trees, packs of new objects, and a memo of the base's files.
 
 A workspace build used to start two git processes per distinct patch (`apply --cached`, `write-tree`). The
-objects those leave are simple: a blob is "blob SIZE\\0CONTENT", a tree is a sorted list of
-"MODE NAME\\0<20-byte id>" entries, each stored as a zlib-compressed loose file named by its SHA-1. Writing
-them here costs a hash and a compression; reading the base side costs one `git cat-file --batch` per build,
-and nothing once a base file is in `base_files` (a base tree's content never changes: the memo never goes
-stale). Only SHA-1 repositories are handled; callers fall back to git for SHA-256 ones.
+objects those leave are simple: a blob is its content, a tree a sorted list of "MODE NAME\\0<20-byte id>"
+entries, each named by the SHA-1 of "KIND SIZE\\0BODY". Here a build's new objects are hashed in memory and
+written as one pack; reading the base side costs one `git cat-file --batch` per build, and nothing once a base
+file is in `base_files` (a base tree's content never changes: the memo never goes stale). Only SHA-1
+repositories are handled; callers fall back to git for SHA-256 ones.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
@@ -46,39 +45,6 @@ class Entry:
 def hash_object(kind: str, body: bytes) -> str:
     """The SHA-1 id git gives an object of `kind` ("blob", "tree", "commit") holding `body`."""
     return hashlib.sha1(f"{kind} {len(body)}\0".encode() + body).hexdigest()
-
-
-def write_loose(objects_dir: Path, kind: str, body: bytes) -> str:
-    """Store an object as git does: zlib of "KIND SIZE\\0BODY" at objects/XX/YYYY..., named by its SHA-1.
-
-    Safe from several threads and processes at once: the file appears whole (written aside, then renamed
-    over any copy already there, which holds the same bytes).
-
-    Args:
-        objects_dir: the repository's `objects` directory.
-        kind: "blob", "tree" or "commit".
-        body: the object's content.
-
-    Returns:
-        The object's id.
-
-    Raises:
-        OSError: when the object cannot be written.
-    """
-    data = f"{kind} {len(body)}\0".encode() + body
-    sha = hashlib.sha1(data).hexdigest()
-    # Plain os calls: a build writes a few dozen objects, and pathlib's and io's layers cost more than that.
-    folder = f"{objects_dir}/{sha[:2]}"
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder)
-    tmp = f"{folder}/{sha[2:]}.{os.getpid()}.{threading.get_ident()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
-    try:
-        os.write(fd, zlib.compress(data, 1))  # git's core.looseCompression default: speed over size
-    finally:
-        os.close(fd)
-    os.replace(tmp, f"{folder}/{sha[2:]}")
-    return sha
 
 
 _PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3}
@@ -293,6 +259,5 @@ __all__ = [
     "hash_object",
     "parse_tree",
     "serialize_tree",
-    "write_loose",
     "write_pack",
 ]
