@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from grader.atomic import write_lines_atomic
 from grader.errors import InputFileError
 from grader.models import DEFAULT_PASS_THRESHOLD, Group, Task, Trajectory, complete_group
 from grader.sandbox.environments import tree_setup
@@ -146,13 +147,11 @@ def load_group_file(path: Path | str) -> list[Group]:
 
 
 def write_groups(groups: Iterable[Group], path: Path | str) -> int:
-    """Write groups as JSONL; returns how many."""
-    count = 0
-    with open(path, "w", encoding="utf-8") as handle:
-        for group in groups:
-            handle.write(group.model_dump_json(exclude_none=True) + "\n")
-            count += 1
-    return count
+    """Write groups as JSONL, replacing `path` atomically (`grader.atomic`); returns how many.
+
+    Raises OSError when the file cannot be written (`path` then keeps its previous content).
+    """
+    return write_lines_atomic(path, (group.model_dump_json(exclude_none=True) for group in groups))
 
 
 # -- SWE-bench ----------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from grader import length, patches, redistribute
+from grader.atomic import write_lines_atomic
 from grader.concurrency import Concurrency, default_resources
 from grader.errors import BaseCommitMissing, GradingFailed, InvalidRanking, WorkspaceError
 from grader.formats import LoadError
@@ -309,12 +310,14 @@ async def grade_group(
 
 
 def write_results(results: Iterable[GroupResult], out_dir: Path | str) -> Path:
-    """Write results as `out_dir/results.jsonl` (one line per group), returning the path."""
+    """Write results as `out_dir/results.jsonl` (one line per group), returning the path.
+
+    The file is replaced atomically (`grader.atomic`): an interrupted write leaves the previous one.
+    Raises OSError when the folder cannot be made or the file written, ValueError for a non-finite number.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.jsonl"
-    with open(path, "w", encoding="utf-8") as handle:
-        for result in results:
-            handle.write(json.dumps(result.model_dump(mode="json"), allow_nan=False) + "\n")
-            handle.flush()
+    # Replaced whole: a rerun that fails partway (a full disk) leaves the previous complete file.
+    write_lines_atomic(path, (json.dumps(r.model_dump(mode="json"), allow_nan=False) for r in results))
     return path

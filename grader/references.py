@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from grader.atomic import write_text_atomic
 from grader.errors import InputFileError, InvalidRanking, InvalidReference
 from grader.models import Group
 from grader.ranking import check_ranking, positions
@@ -609,7 +610,7 @@ def write_references(references: Mapping[str, Reference], path: Path | str) -> P
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     data = {gid: reference.to_dict() for gid, reference in references.items()}
-    out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(out, json.dumps(data, indent=2) + "\n")
     return out
 
 

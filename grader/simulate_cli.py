@@ -18,6 +18,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from grader.atomic import write_text_atomic
 from grader.cli_options import add_config_arguments
 from grader.cli_options import config_from_args as config_from_options
 from grader.pipeline import GradingOptions
@@ -220,10 +221,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=True)
     text = render_table(result)
-    (args.out / TABLE).write_text(text, encoding="utf-8")
+    write_text_atomic(args.out / TABLE, text)
     payload = series_payload(result)
     payload["seconds"] = round(seconds, 3)
-    (args.out / DATA).write_text(json.dumps(payload, allow_nan=False) + "\n", encoding="utf-8")
+    write_text_atomic(args.out / DATA, json.dumps(payload, allow_nan=False) + "\n")
     written = [args.out / TABLE, args.out / DATA]
     if not args.no_plot:
         written.append(write_plot(result, args.out / PLOT))

@@ -1,14 +1,20 @@
 """A grading transcript: one JSON line per event (message, tool call, tool result, retry, usage, outcome).
 
-Written as it happens, so a grading that is killed still leaves everything up to that moment on disk.
+Written as it happens to a hidden temporary file next to `path` (`.NAME.<random>.tmp`, flushed after
+each event), which replaces `path` atomically on `close()`: a rerun that fails never leaves a cut
+transcript in place of a complete one, and a killed grading still leaves everything up to that moment in
+the temporary file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from grader.atomic import replacing
 
 
 class Transcript:
@@ -18,10 +24,12 @@ class Transcript:
         self.path = path
         self.events: list[dict[str, Any]] = []
         self._start = time.monotonic()
-        self._handle = None
+        self._handle: IO[str] | None = None
+        self._writer: contextlib.AbstractContextManager[IO[str]] | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._writer = replacing(path)
+            self._handle = self._writer.__enter__()
 
     def event(self, kind: str, **data: Any) -> dict[str, Any]:
         record = {"t": round(time.monotonic() - self._start, 4), "type": kind, **data}
@@ -32,9 +40,10 @@ class Transcript:
         return record
 
     def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        """Put the transcript in place at `path` (atomically). Raises OSError when it cannot be written."""
+        if self._writer is not None:
+            writer, self._writer, self._handle = self._writer, None, None
+            writer.__exit__(None, None, None)
 
 
 def read_transcript(path: Path | str) -> list[dict[str, Any]]:

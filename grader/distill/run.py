@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.atomic import write_text_atomic
 from grader.concurrency import Concurrency, default_resources
 from grader.distill import sft
 from grader.distill.augment import AugmentationRefused, relabel
@@ -87,12 +88,6 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 @contextmanager
 def _run_lock(out: Path) -> Iterator[None]:
     with open(out / ".lock", "a") as handle:
@@ -127,8 +122,7 @@ def prepare_out(out: Path) -> str:
         probe.unlink()
         secret_file = out / "secret"
         if not secret_file.exists():
-            secret_file.write_text(secrets.token_hex(16) + "\n", encoding="utf-8")
-            secret_file.chmod(0o600)
+            write_text_atomic(secret_file, secrets.token_hex(16) + "\n", mode=0o600)
         return secret_file.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise DistillError(f"{out}: cannot write the output folder: {exc.strerror or exc}") from None
@@ -382,7 +376,7 @@ def run_pending(
                 )
             path = record_path(out, group.group_id, sample)
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(path, json.dumps(record, sort_keys=True) + "\n")
+            write_text_atomic(path, json.dumps(record, sort_keys=True) + "\n")
         finally:
             workspaces.done(group)
             shutil.rmtree(scratch, ignore_errors=True)
@@ -498,10 +492,10 @@ def assemble(
         }
     files = {"train": "sft.jsonl", "eval": "sft_eval.jsonl"}
     for name, rows in splits.items():
-        _write_atomic(out / files[name], "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+        write_text_atomic(out / files[name], "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
         if config.openai:
             text = "".join(json.dumps(sft.openai_example(row), sort_keys=True) + "\n" for row in rows)
-            _write_atomic(out / f"openai_{name}.jsonl", text)
+            write_text_atomic(out / f"openai_{name}.jsonl", text)
     why = [t["why"] for t in transcripts]
     manifest = {
         **header,
@@ -520,7 +514,7 @@ def assemble(
         "groups": groups,
         "transcripts": transcripts,
     }
-    _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
@@ -584,7 +578,7 @@ def check_resume(out: Path, header: dict[str, Any]) -> None:
                 f"{out} holds a run with other {', '.join(differs)}; use a new folder (or the same options)"
             )
         return
-    _write_atomic(path, json.dumps(identity, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(identity, indent=2, sort_keys=True) + "\n")
 
 
 def distill(

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from grader.atomic import write_text_atomic
 from grader.cache import CachedGrader
 from grader.cli_options import GradingArguments, add_grading_arguments, command_group, grading_from_args
 from grader.errors import InputFileError
@@ -118,9 +119,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         groups = harness.consistency(scored, make_grader, args.consistency, options)
         report["consistency"] = {"k": args.consistency, **harness.consistency_summary(groups)}
         console.print(consistency_table(report["consistency"]))
-    (args.out / "eval.json").write_text(
-        json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8"
-    )
+    write_text_atomic(args.out / "eval.json", json.dumps(report, indent=2, allow_nan=False) + "\n")
     for gid in evaluation.missing:
         console.print(f"[yellow]no group {gid!r} in the input[/]", highlight=False)
     console.print(f"-> {args.out / 'eval.json'}, {args.out / 'results.jsonl'}", highlight=False)
@@ -295,7 +294,7 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
         ]
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "check.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_text_atomic(args.out / "check.json", json.dumps(report, indent=2) + "\n")
         console.print(f"-> {args.out / 'check.json'}", highlight=False)
     return 0 if holds else 1
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from grader import patches
+from grader.atomic import write_text_atomic
 from grader.errors import DegradeError
 from grader.evaluation import edits
 from grader.evaluation.edits import NotApplicable
@@ -392,7 +393,7 @@ def write_degradations(degradations: Sequence[Degradation], out_dir: Path | str)
     write_groups(bare, groups_path)
     reference_path = out / "reference.json"
     reference = {d.group.group_id: d.reference for d in degradations}
-    reference_path.write_text(json.dumps(reference, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(reference_path, json.dumps(reference, indent=2) + "\n")
     return groups_path, reference_path
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grader.atomic import write_text_atomic
 from grader.inspect.assets import CSS, JS
 from grader.inspect.run import (
     Run,
@@ -278,5 +279,5 @@ def write_report(run_dir: Path | str, output: Path | str | None = None) -> Path:
     run = load_run(run_dir)
     path = Path(output) if output is not None else Path(run_dir) / REPORT
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_report(run), encoding="utf-8")
+    write_text_atomic(path, build_report(run))
     return path

@@ -1,0 +1,88 @@
+"""Files replaced whole or not at all: every output gagar writes goes through here.
+
+A file is written to a temporary file in the same folder, flushed to disk (fsync), renamed over the target
+and the folder synced, so an interrupted writer (a full disk, a kill, a power cut) leaves either the previous
+complete file or the new complete one, never an emptied or cut one. The temporary file is hidden
+(`.NAME.<random>.tmp`) and removed when the write fails; only a killed process leaves one behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+# The permissions `open(path, "w")` would give a new file. Read once: os.umask can only be read by setting it.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+DEFAULT_MODE = 0o666 & ~_UMASK
+
+
+def _sync_folder(folder: Path) -> None:
+    # The rename lives in the folder's entries: without this a power cut can bring back the old name.
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # a platform or file system that cannot open folders: the rename is still atomic
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def replacing(path: Path | str, mode: int | None = None, encoding: str = "utf-8") -> Iterator[IO[str]]:
+    """A text handle whose content replaces `path` when the block ends without an exception.
+
+    Args:
+        path: the file to replace (its folder must exist).
+        mode: the new file's permissions (default: what `open(path, "w")` would give, e.g. 0o644).
+        encoding: the text encoding.
+
+    Yields:
+        The handle to write to. Until the block ends, `path` keeps its previous content.
+
+    Raises:
+        OSError: the temporary file cannot be created, written, synced or renamed (the target is untouched
+            and the temporary file removed). Any exception raised inside the block also leaves the target
+            untouched and propagates.
+    """
+    target = Path(path)
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, DEFAULT_MODE if mode is None else mode)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _sync_folder(target.parent)
+
+
+def write_text_atomic(path: Path | str, text: str, mode: int | None = None) -> None:
+    """Replace `path` with `text` (UTF-8), atomically; see `replacing` for `mode` and the errors raised."""
+    with replacing(path, mode) as handle:
+        handle.write(text)
+
+
+def write_lines_atomic(path: Path | str, lines: Iterable[str]) -> int:
+    """Replace `path` with `lines`, each followed by a newline, atomically; returns how many were written.
+
+    `lines` is consumed while writing, so a generator is never held whole in memory; an exception it raises
+    leaves `path` as it was. Raises what `replacing` raises.
+    """
+    count = 0
+    with replacing(path) as handle:
+        for line in lines:
+            handle.write(line + "\n")
+            count += 1
+    return count
