@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from grader.cache import CachedGrader
 from grader.cli_options import GradingArguments, add_grading_arguments, grading_from_args
@@ -20,32 +22,37 @@ from grader.formats import LoadError, check_inputs, import_swebench, load_groups
 from grader.graders.base import Grader, get_grader
 from grader.models import GroupResult
 from grader.pipeline import grade_indexed, write_results
+from grader.terminal import printable
 from grader.workspace import open_workspace
 
 DETAIL_LIMIT = 5  # groups printed in full after a run; larger batches get the summary only
 
 
 def _print_group(console: Console, result: GroupResult) -> None:
-    title = f"[bold]{result.group_id}[/]: {result.status}"
-    if result.reason:
-        title += f" ({result.reason})"
+    # Ids, reasons and rationales are untrusted: printed as Text (never markup), control and bidi
+    # characters spelled out.
+    title = Text(printable(result.group_id), style="bold")
+    title.append(f": {result.status}" + (f" ({printable(result.reason)})" if result.reason else ""))
     console.print(title, highlight=False, soft_wrap=True)
     if result.status != "graded":  # nothing was ranked or changed: the reason is the whole story
         return
     if result.redistribution:
-        console.print(f"  redistribution: {result.redistribution}")
+        console.print(Text(f"  redistribution: {printable(result.redistribution)}"))
     if result.usage:
         u = result.usage
         console.print(
             f"  model: {u.get('requests', 0)} requests, {u.get('total_tokens', 0):,} tokens "
             f"({u.get('cached_prompt_tokens', 0):,} prompt tokens cached), "
             f"{u.get('tool_calls', 0)} tool calls, {u.get('retries', 0)} retries; "
-            f"transcript {result.transcript}",
+            f"transcript {escape(printable(str(result.transcript)))}",
             highlight=False,
             soft_wrap=True,
         )
     for tid, hits in result.flags.items():
-        console.print(f"  [bold red]flag[/] {tid}: addresses the grader: {hits[0]!r}", soft_wrap=True)
+        line = Text("  ")
+        line.append("flag", style="bold red")
+        line.append(printable(f" {tid}: addresses the grader: {hits[0]!r}"))
+        console.print(line, soft_wrap=True)
     rank_of = {tid: i + 1 for i, tier in enumerate(result.ranking) for tid in tier}
     table = Table(show_edge=False, pad_edge=False)
     for column in ("rank", "trajectory", "passed", "weight", "advantage before", "after", "apply"):
@@ -61,18 +68,19 @@ def _print_group(console: Console, result: GroupResult) -> None:
         report = result.trajectories.get(tid)
         table.add_row(
             str(rank_of.get(tid, "-")),
-            tid,
+            Text(printable(tid)),
             "yes" if report and report.passed else "no",
             f"{result.weights[tid]:.3f}" if tid in result.weights else "-",
             fmt(result.advantages_before.get(tid)),
             fmt(result.advantages_after.get(tid)),
-            (report.apply_method or report.error or "-") if report else "-",
+            Text(printable(report.apply_method or report.error or "-")) if report else "-",
         )
     console.print(table)
     for tid in order:
         report = result.trajectories.get(tid)
         if report and (report.rationale or report.error):
-            console.print(f"  {tid}: {report.rationale or report.error}", highlight=False, soft_wrap=True)
+            text = Text(printable(f"  {tid}: {report.rationale or report.error}"))
+            console.print(text, highlight=False, soft_wrap=True)
 
 
 def make_grader(name: str, options: dict[str, Any], cache: Path | None = None) -> Grader:
@@ -114,7 +122,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     else:
         for result in ordered:
             if result.status == "failed":
-                console.print(f"[red]failed[/] {result.group_id}: {result.reason}", highlight=False)
+                line = Text("failed", style="red")
+                line.append(printable(f" {result.group_id}: {result.reason}"))
+                console.print(line, highlight=False)
     console.print(
         f"{len(ordered)} group{'s' if len(ordered) != 1 else ''}: {counts['graded']} graded, "
         f"{counts['skipped']} skipped, "
@@ -145,7 +155,7 @@ def cmd_workspace(args: argparse.Namespace) -> int:
     groups = [item for item in items if not isinstance(item, LoadError)]
     for item in items:
         if isinstance(item, LoadError):
-            print(f"error: {item}", file=sys.stderr)
+            print(f"error: {printable(str(item))}", file=sys.stderr)
     if len(groups) != 1:
         selected = [g for g in groups if g.group_id == args.group] if args.group else []
         if len(selected) != 1:
@@ -236,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (GagarError, ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return 2
 
 

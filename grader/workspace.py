@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import re
 import shutil
 import tempfile
 import threading
@@ -30,6 +29,7 @@ from grader.errors import BaseCommitMissing, WorkspaceError
 from grader.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
 from grader.mirrors import MirrorCache, shared_cache
 from grader.models import Group, PatchStats, Task, Trajectory
+from grader.safenames import safe_name
 from grader.view import BASE, CandidateInfo, WorkspaceView
 
 BASE_REF = "refs/heads/base"
@@ -62,12 +62,8 @@ class Candidate:
 
 
 def ref_name(trajectory_id: str) -> str:
-    """A valid, collision-free ref component for any trajectory id."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", trajectory_id).strip(".-") or "t"
-    safe = re.sub(r"\.{2,}", ".", safe).removesuffix(".lock")
-    if safe != trajectory_id:
-        safe = f"{safe}-{hashlib.sha1(trajectory_id.encode()).hexdigest()[:8]}"
-    return safe
+    """A valid, bounded, collision-free ref component (and file name) for any id: `safenames.safe_name`."""
+    return safe_name(trajectory_id)
 
 
 def _apply_attempts(patch: str, max_fuzz: int) -> Iterator[tuple[str, list[str], str]]:

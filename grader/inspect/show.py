@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from grader.inspect.run import (
 from grader.inspect.steps import Step, looks_like_diff, to_steps
 from grader.length import StepReading, read_step
 from grader.models import GroupResult, LengthSignal
+from grader.terminal import printable
 
 PIPED_WIDTH = 120  # piped output lands in files and pagers, where rich's 80-column default squeezes tables
 SHORT_LINES = 12  # lines of a long message or tool result shown before "--full"
@@ -43,13 +43,6 @@ PATCH_LINES = 80
 GROUP_ROWS = 30
 ID_WIDTH = 48  # widest group id column in the summary before ids fold
 BAR_HALF = 12  # characters of the advantage bar on each side of zero
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """The text with control characters (ESC above all) spelled out, keeping newlines and tabs."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def make_console(file: IO[str] | None = None, width: int | None = None) -> Console:
