@@ -135,7 +135,11 @@ JS = r"""
 "use strict";
 (() => {
   const SVG = "http://www.w3.org/2000/svg";
-  const index = JSON.parse(document.getElementById("gagar-index").textContent);
+  // NaN and infinities travel as {"$float": "NaN"} (JSON has no such numbers): numbers again here.
+  const numbers = (key, v) =>
+    v !== null && typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 1 &&
+    typeof v["$float"] === "string" ? Number(v["$float"]) : v;
+  const index = JSON.parse(document.getElementById("gagar-index").textContent, numbers);
   const cache = new Map();
 
   // Every node built from data goes through here: children are appended as nodes or as text, never parsed.
@@ -165,7 +169,7 @@ JS = r"""
 
   function group(i) {
     if (!cache.has(i)) {
-      cache.set(i, JSON.parse(document.getElementById("gagar-group-" + i).textContent));
+      cache.set(i, JSON.parse(document.getElementById("gagar-group-" + i).textContent, numbers));
     }
     return cache.get(i);
   }
@@ -404,7 +408,8 @@ JS = r"""
   function chart(g) {
     const items = g.candidates.filter((c) => !missing(c.before) || !missing(c.after));
     if (!items.length) return el("p", { class: "empty", text: "no advantages recorded" });
-    const values = items.flatMap((c) => [c.before, c.after]).filter((v) => !missing(v));
+    const drawn = (v) => !missing(v) && Number.isFinite(v);  // a NaN or infinite advantage gets no bar
+    const values = items.flatMap((c) => [c.before, c.after]).filter(drawn);
     const max = Math.max(1e-9, ...values.map(Math.abs));
     const negative = values.some((v) => v < 0);
     const labelW = 190, barW = 440, valueW = 170, rowH = 36, top = 28;
@@ -428,8 +433,8 @@ JS = r"""
       const y = top + k * rowH;
       const label = c.id.length > 26 ? c.id.slice(0, 25) + "…" : c.id;
       root.append(svg("text", { x: labelW - 8, y: y + 18, "text-anchor": "end" }, label));
-      if (!missing(c.before)) root.append(bar(c.before, y + 3, "before"));
-      if (!missing(c.after)) root.append(bar(c.after, y + 17, "after"));
+      if (drawn(c.before)) root.append(bar(c.before, y + 3, "before"));
+      if (drawn(c.after)) root.append(bar(c.after, y + 17, "after"));
       const change = `${signed(c.before)} → ${signed(c.after)}`;
       root.append(svg("text", { class: "value", x: labelW + barW + 10, y: y + 18 }, change));
     });

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import html
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -31,20 +32,34 @@ from grader.inspect.run import (
     top_candidates,
     weight_spread,
 )
-from grader.inspect.steps import to_steps
+from grader.inspect.steps import readable_steps
 from grader.length import read_step
 from grader.models import GroupResult
 
 REPORT = "report.html"
+FLOAT_KEY = "$float"  # see _finite_json; the page's JSON reviver knows it too
 MAX_TEXT = 200_000  # characters of one patch or tool result kept in the page; past that, cut with a note
 SPREAD_BUCKETS = 10
 TAU_BUCKETS = 10
 
 
+def _finite_json(value: Any) -> Any:
+    # JSON has no NaN or infinity: they travel as {"$float": "NaN"} and the page's reviver makes them
+    # numbers again, so a NaN advantage shows as NaN instead of failing the whole report.
+    if isinstance(value, float) and not math.isfinite(value):
+        return {FLOAT_KEY: "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
+    if isinstance(value, dict):
+        return {key: _finite_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_json(item) for item in value]
+    return value
+
+
 def embed_json(value: Any) -> str:
     """JSON safe inside a <script> element: ASCII only (no encoding surprises, lone surrogates escaped) and
-    no `<` at all, so the element can only end where the page ends it."""
-    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    no `<` at all, so the element can only end where the page ends it. Non-finite floats are encoded as
+    `{"$float": "NaN"}` (or "Infinity", "-Infinity"), which the page reads back as numbers."""
+    text = json.dumps(_finite_json(value), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c")
 
 
@@ -186,10 +201,11 @@ def group_payload(run: Run, result: GroupResult, shared: SharedTexts | None = No
         )
     transcript, note = None, ""
     if result.transcript is not None or result.grader == "llm":
-        events = run.transcript(result)
-        if events is None:
-            note = f"transcript not found: {result.transcript or '(no path recorded)'}"
-        else:
+        reading = run.read_transcript(result)
+        steps, note = (None, reading.note)
+        if reading.events is not None:
+            steps, note = readable_steps(reading.events, reading.path)
+        if steps is not None:
             transcript = [
                 {
                     "t": step.t if isinstance(step.t, int | float) else None,
@@ -208,7 +224,7 @@ def group_payload(run: Run, result: GroupResult, shared: SharedTexts | None = No
                         for call in step.calls
                     ],
                 }
-                for step in to_steps(events)
+                for step in steps
             ]
     details = result.details
     return {

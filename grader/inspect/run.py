@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from grader.formats import LoadError, load_groups
 from grader.models import Group, GroupResult, TrajectoryReport
-from grader.transcript import read_transcript
 
 RESULTS = "results.jsonl"
 GROUPS = "groups.jsonl"
@@ -71,22 +70,71 @@ class Run:
         return ""
 
     def transcript_path(self, result: GroupResult) -> Path | None:
-        """Where the group's transcript is, also when the run directory was moved or copied since grading.
+        """Where the group's transcript is, also when the run directory was moved or copied since grading;
+        None when it is not found or lies outside the run directory (see `read_transcript`)."""
+        return self._locate_transcript(result)[0]
 
-        The run's own `transcripts/` comes first: a copy of a run shows its copy, not the original's file.
-        """
+    def _locate_transcript(self, result: GroupResult) -> tuple[Path | None, str]:
+        # The run's own `transcripts/` comes first: a copy of a run shows its copy, not the original's file.
+        # Only files inside the run directory (symbolic links resolved) are read: a `transcript` field of
+        # `../x` or `/home/me/.ssh/id_rsa` must not end up in a report meant to be shared.
         if not result.transcript:
-            return None
+            return None, "transcript not found: (no path recorded)"
         recorded = Path(result.transcript)
         inside = [] if recorded.is_absolute() else [self.directory / recorded]
+        root = self.directory.resolve()
+        outside: list[Path] = []
         for path in [*inside, self.directory / TRANSCRIPTS / recorded.name, recorded]:
-            if path.is_file():
-                return path
-        return None
+            if not path.is_file():
+                continue
+            if path.resolve().is_relative_to(root):
+                return path, ""
+            outside.append(path)
+        if outside:
+            return None, (
+                f"transcript refused: {result.transcript} resolves to {outside[0].resolve()}, "
+                f"outside the run directory {self.directory}"
+            )
+        return None, f"transcript not found: {result.transcript}"
+
+    def read_transcript(self, result: GroupResult) -> TranscriptReading:
+        """The group's transcript events, or why there are none: not found, outside the run directory
+        (refused, named), or damaged (the file and line named). Never raises for a bad file."""
+        path, note = self._locate_transcript(result)
+        if path is None:
+            return TranscriptReading(None, None, note)
+        events: list[dict[str, Any]] = []
+        try:
+            with open(path, encoding="utf-8") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError as exc:
+                        return TranscriptReading(None, path, f"transcript damaged: {path}:{number}: {exc}")
+                    if not isinstance(event, dict):
+                        note = f"transcript damaged: {path}:{number}: not a JSON object"
+                        return TranscriptReading(None, path, note)
+                    events.append(event)
+        except UnicodeDecodeError as exc:
+            return TranscriptReading(None, path, f"transcript damaged: {path}: not UTF-8 ({exc.reason})")
+        except OSError as exc:
+            return TranscriptReading(None, path, f"transcript unreadable: {path}: {exc.strerror or exc}")
+        return TranscriptReading(events, path, "")
 
     def transcript(self, result: GroupResult) -> list[dict[str, Any]] | None:
-        path = self.transcript_path(result)
-        return None if path is None else read_transcript(path)
+        """The group's transcript events; None when it has none that can be read (see `read_transcript`)."""
+        return self.read_transcript(result).events
+
+
+@dataclass
+class TranscriptReading:
+    """A group's transcript as read from its run: `events`, or None and the `note` saying why."""
+
+    events: list[dict[str, Any]] | None
+    path: Path | None
+    note: str
 
 
 def load_run(directory: Path | str) -> Run:

@@ -8,6 +8,7 @@ rationale nor an escape sequence in a patch can restyle or take over the reader'
 from __future__ import annotations
 
 import io
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from grader.inspect.run import (
     top_candidates,
     weight_spread,
 )
-from grader.inspect.steps import Step, looks_like_diff, to_steps
+from grader.inspect.steps import Step, looks_like_diff, readable_steps
 from grader.length import StepReading, read_step
 from grader.models import GroupResult, LengthSignal
 from grader.terminal import printable
@@ -89,7 +90,10 @@ def code_view(text: str, limit: int | None = None) -> RenderableType:
 
 
 def signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.4f}"
+    """A signed number to 4 places; "-" for None, "NaN" for a NaN (results may carry one)."""
+    if value is None:
+        return "-"
+    return "NaN" if math.isnan(value) else f"{value:+.4f}"
 
 
 def _tau(value: float | None) -> str:
@@ -302,12 +306,14 @@ def render_group(console: Console, run: Run, group_id: str, full: bool = False) 
     if result.transcript is not None or result.grader == "llm":
         console.print()
         console.print(Text("Transcript", style="bold underline"))
-        events = run.transcript(result)
-        if events is None:
-            where = printable(result.transcript or "(no path recorded)")
-            console.print(Text(f"  transcript not found: {where}", style="dim"))
+        reading = run.read_transcript(result)
+        steps, note = (None, reading.note)
+        if reading.events is not None:
+            steps, note = readable_steps(reading.events, reading.path)
+        if steps is None:
+            console.print(Text(printable(f"  {note}"), style="dim" if "not found" in note else "yellow"))
         else:
-            for step in to_steps(events):
+            for step in steps:
                 _render_step(console, step, full)
 
 
@@ -342,14 +348,15 @@ def _advantages_table(result: GroupResult) -> Table:
     table = Table(show_edge=False, pad_edge=False)
     for column in ("trajectory", "weight", "before", "after", "change", ""):
         table.add_column(column, justify="left" if column in ("trajectory", "") else "right")
-    values = [abs(v) for v in [*result.advantages_before.values(), *result.advantages_after.values()] if v]
+    every = [*result.advantages_before.values(), *result.advantages_after.values()]
+    values = [abs(v) for v in every if v and math.isfinite(v)]  # a NaN or inf advantage gets no bar
     scale = max(values, default=1.0) or 1.0
     for tid in candidate_order(result):
         before, after = result.advantages_before.get(tid), result.advantages_after.get(tid)
         change = after - before if before is not None and after is not None else None
         weight = result.weights.get(tid)
         bar = Text()
-        if after is not None:  # the new advantage around a zero axis: readable without colour too
+        if after is not None and math.isfinite(after):  # around a zero axis: readable without colour too
             length = max(1, round(abs(after) / scale * BAR_HALF))
             left = "█" * length if after < 0 else ""
             bar.append(left.rjust(BAR_HALF), style="red")
@@ -357,10 +364,10 @@ def _advantages_table(result: GroupResult) -> Table:
             bar.append("█" * length if after >= 0 else "", style="green")
         table.add_row(
             Text(printable(tid)),
-            "-" if weight is None else f"{weight:.3f}",
+            "-" if weight is None else "NaN" if math.isnan(weight) else f"{weight:.3f}",
             signed(before),
             signed(after),
-            "-" if change is None else f"{change:+.4f}",
+            signed(change),
             bar,
         )
     return table

@@ -141,3 +141,12 @@ def to_steps(events: list[dict[str, Any]], legend: dict[str, str] | None = None)
             rest = {k: v for k, v in event.items() if k not in ("t", "type")}
             steps.append(Step(t, kind, kind, json.dumps(rest, ensure_ascii=False, indent=1, default=str)))
     return steps
+
+
+def readable_steps(events: list[dict[str, Any]], source: object) -> tuple[list[Step] | None, str]:
+    """`to_steps`, or None and a note naming `source` when an event has fields of the wrong shape (a
+    hand-edited or damaged transcript): one bad transcript costs its group's detail, not the view."""
+    try:
+        return to_steps(events), ""
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        return None, f"transcript damaged: {source}: an event cannot be read ({type(exc).__name__}: {exc})"
