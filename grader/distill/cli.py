@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from grader.cli_options import add_config_arguments, config_from_args
 from grader.concurrency import Concurrency
@@ -17,6 +18,7 @@ from grader.distill.run import DistillConfig, Plan, distill
 from grader.evaluation.benchmark import benchmark_roots
 from grader.formats import check_inputs
 from grader.graders.llm_config import LLMConfig
+from grader.terminal import printable
 
 # The teacher's options: the LLM grader's, less those distillation fixes (native tools, seeds per sample).
 TEACHER_FIELDS = [f.name for f in dataclasses.fields(LLMConfig) if f.name not in ("tool_mode", "seed")]
@@ -64,8 +66,20 @@ def cmd_distill(args: argparse.Namespace) -> int:
             rate = f"{tally['kept'] / tally['done']:.0%}"
             progress.update(task, advance=1, rate=rate, tokens=f"{tally['tokens']:,}")
 
+        def notify(message: str) -> None:  # a damaged file, moved aside and made again
+            progress.console.print(Text(printable(message), style="yellow"), soft_wrap=True)
+
         manifest = distill(
-            inputs, args.reference, teacher, args.out, config, benchmarks, resources, on_plan, on_record
+            inputs,
+            args.reference,
+            teacher,
+            args.out,
+            config,
+            benchmarks,
+            resources,
+            on_plan,
+            on_record,
+            notify,
         )
     counts = manifest["counts"]
     dropped = ", ".join(f"{n} {why}" for why, n in counts["dropped"].items() if n) or "none"

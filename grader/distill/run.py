@@ -15,11 +15,13 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import random
 import secrets
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -41,6 +43,8 @@ from grader.ranking import validate_ranking
 from grader.references import Reference, agreement, load_references
 from grader.transcript import read_transcript
 from grader.workspace import Workspace, open_workspace, ref_name
+
+log = logging.getLogger(__name__)
 
 TIMING_KEYS = ("t", "seconds", "sleep")  # what a rerun changes: left out of records
 FORMAT = 1
@@ -82,6 +86,7 @@ class Plan:
     references: dict[str, Reference]
     left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> status, reason
     pending: list[tuple[Group, int]] = field(default_factory=list)  # (group, sample) not yet recorded
+    damaged: list[str] = field(default_factory=list)  # records found damaged: moved aside, graded again
 
 
 def _sha(text: str) -> str:
@@ -101,11 +106,12 @@ def _run_lock(out: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def prepare_out(out: Path) -> str:
+def prepare_out(out: Path, notify: Callable[[str], None] | None = None) -> str:
     """Make the output folder and read (or create) the run's secret; fails before any teacher call.
 
     Args:
         out: the output folder.
+        notify: told when the secret is damaged and replaced (see `read_secret`; default: a log warning).
 
     Returns:
         The run's secret (`out/secret`, created with fresh randomness on the first run; put one there to
@@ -120,12 +126,98 @@ def prepare_out(out: Path) -> str:
         probe = out / f".probe-{os.getpid()}"
         probe.write_text("ok", encoding="utf-8")
         probe.unlink()
-        secret_file = out / "secret"
-        if not secret_file.exists():
-            write_text_atomic(secret_file, secrets.token_hex(16) + "\n", mode=0o600)
-        return secret_file.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise DistillError(f"{out}: cannot write the output folder: {exc.strerror or exc}") from None
+    return read_secret(out, notify)
+
+
+def read_secret(out: Path, notify: Callable[[str], None] | None = None) -> str:
+    """The run's secret from `out/secret`, made with fresh randomness when there is none.
+
+    A secret that is not UTF-8 text or is empty (a cut write, a stray binary file) is moved aside to
+    `secret.damaged-<time>` and replaced by a fresh one; `notify` is told (records made under the old
+    secret keep their labels; only new samples use the new one).
+
+    Raises:
+        DistillError: the file cannot be read or written.
+    """
+    notify = notify or log.warning
+    path = out / "secret"
+    try:
+        if path.exists():
+            try:
+                secret = path.read_bytes().decode("utf-8").strip()
+            except UnicodeDecodeError:
+                secret = ""
+            if secret:
+                return secret
+            moved = move_aside(path)
+            notify(
+                f"{path} is damaged (empty or not UTF-8 text): moved to {moved.name}; a new secret is made"
+            )
+        secret = secrets.token_hex(16)
+        write_text_atomic(path, secret + "\n", mode=0o600)
+        return secret
+    except OSError as exc:
+        raise DistillError(f"{path}: cannot read or write the run's secret: {exc.strerror or exc}") from None
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a damaged file to `NAME.damaged-<UTC time>` (a counter added when taken) and return the new
+    path; the file is kept for a person to look at, never read again. Raises OSError."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target, n = path.with_name(f"{path.name}.damaged-{stamp}"), 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}.damaged-{stamp}-{n}"), n + 1
+    os.replace(path, target)
+    return target
+
+
+def record_problem(record: Any, group_id: str, sample: int) -> str | None:
+    """Why a record read back cannot be used (None when it can): what `assemble` reads must be there."""
+    if not isinstance(record, dict):
+        return f"not a JSON object but {type(record).__name__}"
+    if record.get("group_id") != group_id or record.get("sample") != sample:
+        return (
+            f"records {record.get('group_id')!r} sample {record.get('sample')!r}, not {group_id!r} {sample}"
+        )
+    if record.get("status") not in ("kept", "dropped"):
+        return f"status {record.get('status')!r} is neither kept nor dropped"
+    for key in ("category", "reason"):
+        if not isinstance(record.get(key), str):
+            return f"{key!r} is missing or not a string"
+    usage = record.get("usage", {})
+    if not isinstance(usage, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in usage.values()
+    ):
+        return "'usage' is not an object of numbers"
+    if record["status"] == "kept":
+        if not isinstance(record.get("messages"), list) or not isinstance(record.get("shown"), list):
+            return "a kept record without its 'messages' and 'shown' lists"
+        contrast = record.get("contrast") or []
+        if not isinstance(contrast, list) or not all(isinstance(c, list) and len(c) == 2 for c in contrast):
+            return "'contrast' is not a list of pairs"
+    return None
+
+
+def read_record(path: Path, group_id: str, sample: int) -> tuple[dict[str, Any] | None, str]:
+    """The record at `path` (None when absent), or None and why it is damaged.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return None, ""
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    problem = record_problem(record, group_id, sample)
+    return (None, problem) if problem else (record, "")
 
 
 def record_path(out: Path, group_id: str, sample: int) -> Path:
@@ -151,7 +243,12 @@ def plan(
 
     Returns:
         The plan. A group is left out, with the reason, when it is not valid, has no reference, belongs to
-        a benchmark, or its reference names trajectories it does not have (named).
+        a benchmark, or its reference names trajectories it does not have (named). A damaged record (cut,
+        not JSON, or lacking what the outputs are built from) is moved aside (`move_aside`), named in
+        `damaged`, and its sample is pending again.
+
+    Raises:
+        OSError: a record cannot be read or moved.
     """
     chosen = Plan(groups=[], references=references)
     seen: set[str] = set()
@@ -183,7 +280,12 @@ def plan(
         samples
     ):  # sample-major: the workers spread over groups (one grading per group at once)
         for group in chosen.groups:
-            if not record_path(out, group.group_id, sample).exists():
+            path = record_path(out, group.group_id, sample)
+            record, problem = read_record(path, group.group_id, sample)
+            if problem:
+                moved = move_aside(path)
+                chosen.damaged.append(f"{path} is damaged ({problem}): moved to {moved.name}; graded again")
+            if record is None:
                 chosen.pending.append((group, sample))
     return chosen
 
@@ -446,8 +548,11 @@ def assemble(
         records = []
         for sample in range(config.samples):
             path = record_path(out, gid, sample)
-            if path.exists():
-                records.append(json.loads(path.read_text(encoding="utf-8")))
+            record, problem = read_record(path, gid, sample)
+            if problem:  # written by this run a moment ago: only something else could have damaged it
+                raise DistillError(f"{path} was damaged while the run was writing ({problem}); run again")
+            if record is not None:
+                records.append(record)
         kept = 0
         for record in records:
             for key in tokens:
@@ -556,22 +661,40 @@ def run_header(
     return header, tools
 
 
-def check_resume(out: Path, header: dict[str, Any]) -> None:
+def check_resume(out: Path, header: dict[str, Any], notify: Callable[[str], None] | None = None) -> None:
     """Refuse to continue a run whose teacher, prompts, tools, reference or settings were different.
 
     Args:
         out: the output folder.
         header: this run's manifest header.
+        notify: told when `run.json` is damaged (it is moved aside and written again; default: a log
+            warning).
 
     Raises:
         DistillError: `out/run.json` records another run; the message names what differs.
+        OSError: `run.json` cannot be read, moved or written.
     """
     path = out / "run.json"
     identity = {k: header[k] for k in ("format", "fingerprints", "settings")}
     # The teacher by model and fingerprint, not by address: a resumed run may reach it on another port.
     identity["teacher"] = {k: v for k, v in header["teacher"].items() if k != "base_url"}
+    notify = notify or log.warning
+    before: Any = None
     if path.exists():
-        before = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            before = json.loads(path.read_bytes().decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError
+            problem = f"not JSON ({exc})"
+        else:
+            problem = "" if isinstance(before, dict) else f"not a JSON object but {type(before).__name__}"
+        if problem:
+            moved = move_aside(path)
+            notify(
+                f"{path} is damaged ({problem}): moved to {moved.name}; the records already made cannot "
+                "be checked against this run's settings, and are kept"
+            )
+            before = None
+    if before is not None:
         differs = sorted(k for k in identity if before.get(k) != identity[k])
         if differs:
             raise DistillError(
@@ -591,6 +714,7 @@ def distill(
     resources: Concurrency | None = None,
     on_plan: Callable[[Plan], None] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Distil a teacher: grade, score, keep, and write the SFT data and its manifest (resumable).
 
@@ -605,6 +729,8 @@ def distill(
         resources: bounds on LLM calls, sandboxes and builds (the process default when None).
         on_plan: called once with the plan, before any teacher call.
         on_record: called with each record as it is written.
+        notify: told of each damaged file found (a record, `run.json`, the secret): each is named, moved
+            aside to `NAME.damaged-<time>` and made again (default: a log warning).
 
     Returns:
         The manifest.
@@ -615,12 +741,15 @@ def distill(
     """
     config = config or DistillConfig()
     benchmarks = benchmarks or Benchmarks()
-    secret = prepare_out(out)
+    notify = notify or log.warning
+    secret = prepare_out(out, notify)
     references = load_references(reference)
     header, tools = run_header(teacher, config, reference, benchmarks)
     with _run_lock(out):
-        check_resume(out, header)
+        check_resume(out, header, notify)
         work = plan(inputs, references, benchmarks, out, config.samples)
+        for message in work.damaged:
+            notify(message)
         if on_plan is not None:
             on_plan(work)
         failures = run_pending(work, teacher, secret, config, out, resources, on_record)
