@@ -533,6 +533,9 @@ def assemble(
 
     Returns:
         The manifest (also written to `out/manifest.json`).
+
+    Raises:
+        DistillError: a record was damaged after this run wrote it (named; a rerun grades it again).
     """
     eval_tasks = sft.split_tasks([task_hash(g) for g in work.groups], config.eval_fraction)
     splits: dict[str, list[dict[str, Any]]] = {"train": [], "eval": []}
