@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from grader.atomic import write_text_atomic
 from grader.graders.base import Grade, Grader
 from grader.models import Task
 from grader.ranking import validate_ranking
@@ -97,10 +96,7 @@ class GradeCache:
         }
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, default=str)
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(data, default=str))
 
 
 class CachedGrader:

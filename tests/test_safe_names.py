@@ -10,10 +10,12 @@ import json
 import re
 from pathlib import Path
 
+from grader.formats import write_groups
 from grader.safenames import safe_name
 from grader.testing import ScriptedServer, read_every_diff_then_rank
 from grader.transcript import read_transcript
 from tests.conftest import EXAMPLE_GROUP, run_gagar
+from tests.distill_support import TEACHER_OPTIONS, known_groups, teacher
 
 RLO = "\u202e"  # right-to-left override: "evil\u202egnp.exe" reads as "evilexe.png"
 ESC = "\x1b"
@@ -112,3 +114,25 @@ def test_control_and_bidi_characters_are_escaped_on_the_terminal(tmp_path: Path)
     assert "t\\u202e1\\x1b]0;title\\x07" in graded.stdout
     assert "evil\\u202egnp.exe" in summary.stdout and "evil\\u202egnp.exe" in detail.stdout
     assert missing.returncode == 2 and "no\\u202esuch\\x1b[2J" in missing.stderr
+
+
+def test_distill_records_of_ids_that_once_shared_a_file_are_kept_apart(tmp_path: Path) -> None:
+    groups, references = known_groups(tmp_path)
+    ids = ["a\0b", "a-b-4a3dec2d"]  # both were records/a-b-4a3dec2d/0.json: the second was never graded
+    groups = [group.model_copy(update={"group_id": gid}) for group, gid in zip(groups, ids, strict=True)]
+    write_groups(groups, tmp_path / "groups.jsonl")
+    (tmp_path / "reference.json").write_text(json.dumps(dict(zip(ids, references.values(), strict=True))))
+    out = tmp_path / "out"
+
+    with ScriptedServer(teacher) as server:
+        proc = run_gagar(
+            "distill", str(tmp_path / "groups.jsonl"), "--reference", str(tmp_path / "reference.json"),
+            "--model", "scripted", "--base-url", server.url, "--out", str(out), "--samples", "1",
+            "--no-default-benchmarks", *TEACHER_OPTIONS,
+        )  # fmt: skip
+
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = [json.loads(path.read_text()) for path in sorted((out / "records").glob("*/0.json"))]
+    assert sorted(r["group_id"] for r in records) == sorted(ids)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sorted(entry["group"] for entry in manifest["transcripts"]) == sorted(ids)

@@ -55,9 +55,9 @@ def cmd_distill(args: argparse.Namespace) -> int:
         def on_plan(work: Plan) -> None:
             progress.update(task, total=len(work.pending))
             for gid, why in work.left_out.items():
-                console.print(
-                    f"[yellow]{why['status']}[/] {gid}: {why['reason']}", highlight=False, soft_wrap=True
-                )
+                line = Text(why["status"], style="yellow")
+                line.append(printable(f" {gid}: {why['reason']}"))
+                console.print(line, highlight=False, soft_wrap=True)
 
         def on_record(record: dict[str, Any]) -> None:
             tally["done"] += 1
