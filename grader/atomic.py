@@ -15,10 +15,24 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-# The permissions `open(path, "w")` would give a new file. Read once: os.umask can only be read by setting it.
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-DEFAULT_MODE = 0o666 & ~_UMASK
+
+def _umask() -> int:
+    # Linux shows the umask in /proc; elsewhere os.umask can only be read by setting it (and setting it
+    # back), which a thread creating a file at that instant could notice: done once, at import.
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+DEFAULT_MODE = 0o666 & ~_umask()
+"""The permissions `open(path, "w")` gives a new file; `replacing` gives the same."""
 
 
 def _sync_folder(folder: Path) -> None:
