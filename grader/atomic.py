@@ -63,11 +63,14 @@ def replacing(path: Path | str, mode: int | None = None, encoding: str = "utf-8"
 
     Raises:
         OSError: the temporary file cannot be created, written, synced or renamed (the target is untouched
-            and the temporary file removed). Any exception raised inside the block also leaves the target
-            untouched and propagates.
+            and the temporary file removed); its message names the target. Any exception raised inside the
+            block also leaves the target untouched and propagates.
     """
     target = Path(path)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
+    try:
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
+    except OSError as exc:
+        raise _named(exc, target) from None
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as handle:
             yield handle
@@ -75,11 +78,18 @@ def replacing(path: Path | str, mode: int | None = None, encoding: str = "utf-8"
             os.fsync(handle.fileno())
         os.chmod(temporary, DEFAULT_MODE if mode is None else mode)
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(exc, OSError) and exc.filename is None:
+            raise _named(exc, target) from None
         raise
     _sync_folder(target.parent)
+
+
+def _named(exc: OSError, target: Path) -> OSError:
+    # A failed write says "File too large" or "No space left on device" without saying which file.
+    return OSError(exc.errno, f"{exc.strerror or exc} (writing {target}; its previous content is kept)")
 
 
 def write_text_atomic(path: Path | str, text: str, mode: int | None = None) -> None:

@@ -245,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (GagarError, ValueError, FileNotFoundError) as exc:
+    except (GagarError, ValueError, OSError) as exc:  # OSError: a full disk, an unwritable --out
         print(f"error: {printable(str(exc))}", file=sys.stderr)
         return 2
 
