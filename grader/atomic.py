@@ -70,7 +70,7 @@ def replacing(path: Path | str, mode: int | None = None, encoding: str = "utf-8"
     try:
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
     except OSError as exc:
-        raise _named(exc, target) from None
+        raise OSError(exc.errno, _naming(exc, target)) from None
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as handle:
             yield handle
@@ -82,14 +82,14 @@ def replacing(path: Path | str, mode: int | None = None, encoding: str = "utf-8"
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         if isinstance(exc, OSError) and exc.filename is None:
-            raise _named(exc, target) from None
+            raise OSError(exc.errno, _naming(exc, target)) from None
         raise
     _sync_folder(target.parent)
 
 
-def _named(exc: OSError, target: Path) -> OSError:
+def _naming(exc: OSError, target: Path) -> str:
     # A failed write says "File too large" or "No space left on device" without saying which file.
-    return OSError(exc.errno, f"{exc.strerror or exc} (writing {target}; its previous content is kept)")
+    return f"{exc.strerror or exc} (writing {target}; its previous content is kept)"
 
 
 def write_text_atomic(path: Path | str, text: str, mode: int | None = None) -> None:
