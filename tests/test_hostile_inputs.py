@@ -64,7 +64,7 @@ def group_named(group_id: str) -> Group:
 
 
 class Hanging(HeuristicGrader):
-    """Hangs on the groups named until `release` is set (a stuck model call); the heuristic grader elsewhere."""
+    """Hangs on the groups named until `release` is set (a stuck model call); heuristic elsewhere."""
 
     def __init__(self, hang: set[str]) -> None:
         self.hang = hang
@@ -312,11 +312,25 @@ def _tiny(tmp_path: Path) -> Path:
         ("split.json", {"dev": [["inventory/ranking"]], "test": []}, "split.json"),
         ("split.json", None, "split.json"),
         ("probes.json", [{"group_id": ["x"], "better": "a", "worse": "b", "script": PROBE}], "probes.json"),
-        ("probes.json", [{"group_id": "inv-pairs", "better": 1, "worse": {}, "script": PROBE}], "probes.json"),
-        ("provenance.json", {"bundles": {"bundles/inventory.bundle": {"repository": ["x"], "commit": 1,
-                                                                       "tree": 2}},
-                             "patches": {}, "labellers": {}}, "provenance.json"),
-        ("provenance.json", {"bundles": {}, "patches": {"inv-pairs": []}, "labellers": {}}, "provenance.json"),
+        (
+            "probes.json",
+            [{"group_id": "inv-pairs", "better": 1, "worse": {}, "script": PROBE}],
+            "probes.json",
+        ),
+        (
+            "provenance.json",
+            {
+                "bundles": {"bundles/inventory.bundle": {"repository": ["x"], "commit": 1, "tree": 2}},
+                "patches": {},
+                "labellers": {},
+            },
+            "provenance.json",
+        ),
+        (
+            "provenance.json",
+            {"bundles": {}, "patches": {"inv-pairs": []}, "labellers": {}},
+            "provenance.json",
+        ),
     ],
 )
 def test_wrong_types_in_benchmark_files_are_named_problems(
