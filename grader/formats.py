@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from grader.errors import InputFileError
 from grader.models import DEFAULT_PASS_THRESHOLD, Group, Task, Trajectory, complete_group
@@ -44,31 +45,56 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class _Undecodable:
+    """An entry that is not JSON, or nests deeper than the JSON reader goes; says why."""
+
+    reason: str
+
+
+def _decode(text: str) -> Any:
+    """The JSON value of `text`, or `_Undecodable` with the reason (never an exception)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        return _Undecodable(f"invalid JSON: {exc}")
+    except RecursionError:  # json recurses once per level: 100,000 brackets exhaust the stack
+        return _Undecodable("invalid JSON: nested deeper than the JSON reader goes")
+
+
+def printable(text: str) -> str:
+    """`text` with anything UTF-8 cannot encode (a lone surrogate) written as its escape, for messages.
+
+    Args:
+        text: an id or a reason, as read from a file.
+
+    Returns:
+        The same text where it encodes, else with `\\udXXX` escapes in place of what does not.
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _entries(path: Path) -> Iterator[tuple[str, Any]]:
-    """(location, decoded JSON or the decoding error) for each entry in the file."""
+    """(location, decoded JSON or `_Undecodable`) for each entry in the file."""
     text = path.read_text(encoding="utf-8")
     stripped = text.lstrip()
     if stripped.startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            yield f"{path}", exc
+        items = _decode(text)
+        if isinstance(items, _Undecodable):
+            yield f"{path}", items
             return
         for i, item in enumerate(items):
             yield f"{path}[{i}]", item
         return
     if stripped.startswith("{"):
-        try:
-            yield f"{path}", json.loads(text)
+        whole = _decode(text)
+        if not isinstance(whole, _Undecodable):
+            yield f"{path}", whole
             return
-        except json.JSONDecodeError:
-            pass  # not a single object: read it as JSONL
+        # not a single object: read it as JSONL
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
-            try:
-                yield f"{path}:{number}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield f"{path}:{number}", exc
+            yield f"{path}:{number}", _decode(line)
 
 
 def parse_group(
@@ -123,10 +149,11 @@ def load_groups(
             results.append(LoadError(str(path), "?", f"cannot read: {exc}"))
             continue
         for location, data in entries:
-            if isinstance(data, json.JSONDecodeError):
-                results.append(LoadError(location, "?", f"invalid JSON: {data}"))
+            if isinstance(data, _Undecodable):
+                results.append(LoadError(location, "?", data.reason))
                 continue
-            group_id = str(data.get("group_id", "?")) if isinstance(data, dict) else "?"
+            # An id UTF-8 cannot encode (a lone surrogate) fails its group; the error names it escaped.
+            group_id = printable(str(data.get("group_id", "?"))) if isinstance(data, dict) else "?"
             try:
                 results.append(parse_group(data, base_dir=path.parent, pass_threshold=pass_threshold))
             except ValidationError as exc:
@@ -146,11 +173,19 @@ def load_group_file(path: Path | str) -> list[Group]:
 
 
 def write_groups(groups: Iterable[Group], path: Path | str) -> int:
-    """Write groups as JSONL; returns how many."""
+    """Write groups as JSONL; returns how many.
+
+    A group holding text UTF-8 cannot encode (a patch with a lone surrogate, which the pipeline marks and
+    leaves out) is written with JSON's escapes, so it reads back the same.
+    """
     count = 0
     with open(path, "w", encoding="utf-8") as handle:
         for group in groups:
-            handle.write(group.model_dump_json(exclude_none=True) + "\n")
+            try:
+                line = group.model_dump_json(exclude_none=True)
+            except PydanticSerializationError:
+                line = json.dumps(group.model_dump(mode="json", exclude_none=True))
+            handle.write(line + "\n")
             count += 1
     return count
 
