@@ -348,6 +348,29 @@ async def grade_group(
     return await asyncio.to_thread(grade_group_sync, item, grader, options)
 
 
+def grade_group_contained(
+    item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
+) -> GroupResult:
+    """`grade_group_sync` for a worker that must hand back a result whatever happens (a trainer's thread,
+    a Ray actor): anything the grader raises fails this group only, BaseExceptions included (`SystemExit`,
+    a `CancelledError`, a `KeyboardInterrupt` raised by code: Ctrl-C reaches only the main thread).
+
+    Args:
+        item: the group (or the file entry that is not one).
+        grader: the grader.
+        options: grading options.
+
+    Returns:
+        The result; a group whose grading raised is `failed` (outcome `internal_error`) with the exception
+        named, its advantages unchanged.
+    """
+    try:
+        return grade_group_sync(item, grader, options)
+    except BaseException as exc:  # noqa: BLE001 - the point: nothing a grader raises leaves its group
+        reason = f"group {item.group_id!r}: {type(exc).__name__}: {exc}"
+        return passthrough(item, grader.name, reason, Outcome.INTERNAL_ERROR)
+
+
 def write_results(results: Iterable[GroupResult], out_dir: Path | str) -> Path:
     """Write results as `out_dir/results.jsonl` (one line per group), returning the path."""
     out = Path(out_dir)

@@ -210,6 +210,20 @@ def test_hung_gradings_are_cut_off_and_do_not_starve_later_groups() -> None:
         grader.close()
 
 
+def test_a_grading_over_its_budget_is_cut_off_and_its_slot_reused() -> None:
+    hanging = Hanging({"stuck"})
+    grader = BatchGrader(hanging, ROWS, workers=1, budget=0.5)
+    try:
+        rows = rows_of(group_named("stuck")) + rows_of(group_named("fast"))
+        grader.submit(rows)
+        step = grader.weights(rows, deadline=60)
+    finally:
+        hanging.release.set()
+        grader.close()
+    assert step.results["stuck"].outcome == "deadline" and "0.5s budget" in step.group_reasons["stuck"]
+    assert step.results["fast"].status == "graded"  # one worker: it ran in the slot the stuck one freed
+
+
 def test_close_returns_within_its_bound_while_a_grader_hangs() -> None:
     hanging = Hanging({"stuck"})
     grader = BatchGrader(hanging, ROWS, workers=1)

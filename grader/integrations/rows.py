@@ -14,6 +14,7 @@ function of the row. :func:`parse_rows` reads every row once:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -188,7 +189,7 @@ def _length(value: Any, row: int, where: str) -> int | None:
         number = float(value)
     except (TypeError, ValueError):
         number = float("nan")
-    if not (number >= 0 and number == int(number)):
+    if not (math.isfinite(number) and number >= 0 and number == int(number)):  # int(inf) would raise
         raise RowError(f"row {row}: response_length ({where}) is {value!r}, not a count of tokens")
     return int(number)
 
