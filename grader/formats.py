@@ -62,7 +62,7 @@ def _decode(text: str) -> Any:
         return _Undecodable("invalid JSON: nested deeper than the JSON reader goes")
 
 
-def printable(text: str) -> str:
+def _printable(text: str) -> str:
     """`text` with anything UTF-8 cannot encode (a lone surrogate) written as its escape, for messages.
 
     Args:
@@ -153,7 +153,7 @@ def load_groups(
                 results.append(LoadError(location, "?", data.reason))
                 continue
             # An id UTF-8 cannot encode (a lone surrogate) fails its group; the error names it escaped.
-            group_id = printable(str(data.get("group_id", "?"))) if isinstance(data, dict) else "?"
+            group_id = _printable(str(data.get("group_id", "?"))) if isinstance(data, dict) else "?"
             try:
                 results.append(parse_group(data, base_dir=path.parent, pass_threshold=pass_threshold))
             except ValidationError as exc:

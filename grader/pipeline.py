@@ -86,7 +86,7 @@ def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def unencodable_patches(group: Group) -> dict[str, str]:
+def _unencodable_patches(group: Group) -> dict[str, str]:
     """The trajectories whose patch cannot become the bytes git reads, each with the reason.
 
     A patch is text whose undecodable bytes are lone surrogates U+DC80..U+DCFF (Python's surrogateescape);
@@ -156,7 +156,7 @@ def grade_group_sync(
         reason = f"invalid group ({item.source}): {item.reason}"
         return passthrough(item, grader.name, reason, Outcome.INVALID_GROUP)
     group = item
-    unencodable = unencodable_patches(group)
+    unencodable = _unencodable_patches(group)
     skip = skip_reason(group, grade_all_pass=options.grade_all_pass)
     if skip is not None:
         skip = _check_base_of_skipped(group, skip, options.mirrors or shared_cache())

@@ -454,8 +454,11 @@ class BatchGrader:
         wait_futures(futures, timeout=remaining)
         waited = time.monotonic() - start
         for gid, submission in touched.items():
-            if gid not in submission.settled:
-                submission.settled[gid] = _settle(submission, gid)
+            with self._lock:  # two calls collecting rows of one group settle it once
+                settled = gid in submission.settled
+                if not settled:
+                    submission.settled[gid] = _settle(submission, gid)
+            if not settled:
                 self._abandon(submission, [gid])  # late ones are cut off, finished ones cost nothing
         return self._assemble(parsed, touched, waited, deadline)
 
