@@ -142,6 +142,27 @@ def test_an_infinite_response_length_is_a_row_error() -> None:
         grader.close()
 
 
+def test_rows_that_cannot_be_read_are_row_errors_and_bad_ids_cost_their_group() -> None:
+    class Exploding:
+        @property
+        def group_id(self) -> str:
+            raise ZeroDivisionError("a row object whose property fails")
+
+    grader = BatchGrader(HeuristicGrader(), ROWS)
+    try:
+        with pytest.raises(RowError, match=r"row 0: .*ZeroDivisionError"):
+            grader.submit([Exploding()])
+        bad, good = rows_of(group_named("bad")), rows_of(group_named("good"))
+        bad[2]["trajectory_id"] = "t\ud800"  # not text: no group can be built from it
+        grader.submit(bad + good)
+        step = grader.weights(bad + good, deadline=60)
+    finally:
+        grader.close()
+    assert step.outcomes[: len(bad)] == ["ungraded"] * len(bad)
+    assert "group 'bad'" in step.group_reasons["bad"] and "rows 0, 1, 2" in step.group_reasons["bad"]
+    assert set(step.outcomes[len(bad) :]) == {"graded"}
+
+
 @pytest.mark.parametrize("error", [asyncio.CancelledError(), SystemExit(3), KeyboardInterrupt()])
 def test_any_exception_a_grader_raises_costs_its_group_only(error: BaseException) -> None:
     grader = BatchGrader(Raising(error), ROWS, workers=1)
