@@ -317,9 +317,13 @@ def grade_indexed(
             yield index, grade_group_sync(item, grader, options)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gagar-grade") as pool:
-        futures = {pool.submit(grade_group_sync, item, grader, options): i for i, item in enumerate(items)}
+        # In a worker thread even a BaseException from the grader (SystemExit, say) fails its group only;
+        # Ctrl-C still reaches the main thread, waiting here.
+        futures = {
+            pool.submit(grade_group_contained, item, grader, options): i for i, item in enumerate(items)
+        }
         for future in as_completed(futures):
-            yield futures[future], future.result()  # grade_group_sync never raises for a group's own problems
+            yield futures[future], future.result()
 
 
 def grade_groups(

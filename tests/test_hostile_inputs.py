@@ -128,6 +128,14 @@ def test_json_nested_too_deep_is_a_load_error_not_a_crash(tmp_path: Path) -> Non
     assert isinstance(loaded[1], LoadError) and "nested" in loaded[1].reason
 
 
+def test_a_grader_raising_system_exit_in_a_worker_fails_its_group_not_the_batch() -> None:
+    from grader.pipeline import grade_groups
+
+    results = grade_groups([group_named("a"), group_named("b")], Raising(SystemExit(3)), workers=2)
+    assert [(r.group_id, r.status) for r in results] == [("a", "failed"), ("b", "failed")]
+    assert all("SystemExit" in r.reason for r in results)
+
+
 # -- 6. the trainer sees only what the API documents ------------------------------------------------------
 
 
