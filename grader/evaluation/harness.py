@@ -45,13 +45,16 @@ def load_reference(path: Path | str) -> dict[str, list[list[str]]]:
         Group id -> reference ranking.
 
     Raises:
-        InputFileError: the file cannot be read, is not JSON, or is not a JSON object.
+        InputFileError: the file cannot be read, is not JSON (or nests past the reader's depth), or is not a
+            JSON object.
         InvalidRanking: a ranking is malformed; the message names the file and the group.
     """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read the reference file: {exc}") from exc
+    except RecursionError:
+        raise InputFileError(f"{path}: nested deeper than the JSON reader goes") from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: a reference file is a JSON object from group id to ranking")
     for group_id, ranking in data.items():
