@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from grader.atomic import write_lines_atomic
 from grader.errors import InputFileError
@@ -45,31 +46,56 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class _Undecodable:
+    """An entry that is not JSON, or nests deeper than the JSON reader goes; says why."""
+
+    reason: str
+
+
+def _decode(text: str) -> Any:
+    """The JSON value of `text`, or `_Undecodable` with the reason (never an exception)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        return _Undecodable(f"invalid JSON: {exc}")
+    except RecursionError:  # json recurses once per level: 100,000 brackets exhaust the stack
+        return _Undecodable("invalid JSON: nested deeper than the JSON reader goes")
+
+
+def _printable(text: str) -> str:
+    """`text` with anything UTF-8 cannot encode (a lone surrogate) written as its escape, for messages.
+
+    Args:
+        text: an id or a reason, as read from a file.
+
+    Returns:
+        The same text where it encodes, else with `\\udXXX` escapes in place of what does not.
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _entries(path: Path) -> Iterator[tuple[str, Any]]:
-    """(location, decoded JSON or the decoding error) for each entry in the file."""
+    """(location, decoded JSON or `_Undecodable`) for each entry in the file."""
     text = path.read_text(encoding="utf-8")
     stripped = text.lstrip()
     if stripped.startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            yield f"{path}", exc
+        items = _decode(text)
+        if isinstance(items, _Undecodable):
+            yield f"{path}", items
             return
         for i, item in enumerate(items):
             yield f"{path}[{i}]", item
         return
     if stripped.startswith("{"):
-        try:
-            yield f"{path}", json.loads(text)
+        whole = _decode(text)
+        if not isinstance(whole, _Undecodable):
+            yield f"{path}", whole
             return
-        except json.JSONDecodeError:
-            pass  # not a single object: read it as JSONL
+        # not a single object: read it as JSONL
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
-            try:
-                yield f"{path}:{number}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield f"{path}:{number}", exc
+            yield f"{path}:{number}", _decode(line)
 
 
 def parse_group(
@@ -124,10 +150,11 @@ def load_groups(
             results.append(LoadError(str(path), "?", f"cannot read: {exc}"))
             continue
         for location, data in entries:
-            if isinstance(data, json.JSONDecodeError):
-                results.append(LoadError(location, "?", f"invalid JSON: {data}"))
+            if isinstance(data, _Undecodable):
+                results.append(LoadError(location, "?", data.reason))
                 continue
-            group_id = str(data.get("group_id", "?")) if isinstance(data, dict) else "?"
+            # An id UTF-8 cannot encode (a lone surrogate) fails its group; the error names it escaped.
+            group_id = _printable(str(data.get("group_id", "?"))) if isinstance(data, dict) else "?"
             try:
                 results.append(parse_group(data, base_dir=path.parent, pass_threshold=pass_threshold))
             except ValidationError as exc:
@@ -149,9 +176,19 @@ def load_group_file(path: Path | str) -> list[Group]:
 def write_groups(groups: Iterable[Group], path: Path | str) -> int:
     """Write groups as JSONL, replacing `path` atomically (`grader.atomic`); returns how many.
 
+    A group holding text UTF-8 cannot encode (a patch with a lone surrogate, which the pipeline marks and
+    leaves out) is written with JSON's escapes, so it reads back the same.
+
     Raises OSError when the file cannot be written (`path` then keeps its previous content).
     """
-    return write_lines_atomic(path, (group.model_dump_json(exclude_none=True) for group in groups))
+    return write_lines_atomic(path, (_group_line(group) for group in groups))
+
+
+def _group_line(group: Group) -> str:
+    try:
+        return group.model_dump_json(exclude_none=True)
+    except PydanticSerializationError:
+        return json.dumps(group.model_dump(mode="json", exclude_none=True))
 
 
 # -- SWE-bench ----------------------------------------------------------------------------------------------

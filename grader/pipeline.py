@@ -87,14 +87,40 @@ def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _reports(group: Group) -> dict[str, TrajectoryReport]:
+def _unencodable_patches(group: Group) -> dict[str, str]:
+    """The trajectories whose patch cannot become the bytes git reads, each with the reason.
+
+    A patch is text whose undecodable bytes are lone surrogates U+DC80..U+DCFF (Python's surrogateescape);
+    any other lone surrogate (valid JSON: "\\ud800") stands for no byte at all. Such a trajectory is marked
+    and left out of its group's workspace; the group and the batch go on.
+
+    Args:
+        group: the group.
+
+    Returns:
+        Trajectory id -> the reason, naming the group, the trajectory and the character.
+    """
+    found = {}
+    for t in group.trajectories:
+        try:
+            t.patch.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            found[t.id] = (
+                f"group {group.group_id!r}: trajectory {t.id!r}: patch cannot be encoded: lone surrogate "
+                f"U+{ord(t.patch[exc.start]):04X} at character {exc.start} (neither text nor an escaped byte)"
+            )
+    return found
+
+
+def _reports(group: Group, unencodable: dict[str, str]) -> dict[str, TrajectoryReport]:
     reports = {}
     for t in group.trajectories:
-        report = TrajectoryReport(passed=bool(t.passed))
-        try:
-            report.stats = patches.stats(patches.validate(t.patch))
-        except patches.PatchError as exc:
-            report.error = f"invalid patch: {exc}"
+        report = TrajectoryReport(passed=bool(t.passed), error=unencodable.get(t.id))
+        if report.error is None:
+            try:
+                report.stats = patches.stats(patches.validate(t.patch))
+            except patches.PatchError as exc:
+                report.error = f"invalid patch: {exc}"
         reports[t.id] = report
     return reports
 
@@ -131,17 +157,22 @@ def grade_group_sync(
         reason = f"invalid group ({item.source}): {item.reason}"
         return passthrough(item, grader.name, reason, Outcome.INVALID_GROUP)
     group = item
+    unencodable = _unencodable_patches(group)
     skip = skip_reason(group, grade_all_pass=options.grade_all_pass)
     if skip is not None:
         skip = _check_base_of_skipped(group, skip, options.mirrors or shared_cache())
         result = passthrough(group, grader.name, skip[1], skip[0])
-        result.trajectories = _reports(group)
+        result.trajectories = _reports(group, unencodable)
         result.seconds = round(time.perf_counter() - start, 4)
         return result
     result = passthrough(group, grader.name, "", Outcome.GRADED)
+    # The workspace never sees a patch that cannot be encoded: that trajectory alone is left out, marked.
+    built = group.model_copy(
+        update={"trajectories": [t for t in group.trajectories if t.id not in unencodable]}
+    )
     try:
         with open_workspace(
-            group,
+            built,
             root=options.workspace_root,
             keep=options.keep_workspaces,
             mirrors=options.mirrors,
@@ -149,7 +180,7 @@ def grade_group_sync(
             max_fuzz=options.max_fuzz,
             resources=options.resources,
         ) as workspace:
-            _grade_in(workspace, group, grader, options, result)
+            _grade_in(workspace, group, grader, options, result, unencodable)
     except BaseCommitMissing as exc:
         _fail(result, Outcome.BASE_MISSING, str(exc))
     except WorkspaceError as exc:
@@ -190,7 +221,12 @@ def _fail(result: GroupResult, outcome: Outcome, reason: str) -> None:
 
 
 def _grade_in(
-    workspace: Workspace, group: Group, grader: Grader, options: GradingOptions, result: GroupResult
+    workspace: Workspace,
+    group: Group,
+    grader: Grader,
+    options: GradingOptions,
+    result: GroupResult,
+    unencodable: dict[str, str],
 ) -> None:
     for c in workspace.candidates.values():
         result.trajectories[c.trajectory_id] = TrajectoryReport(
@@ -202,10 +238,13 @@ def _grade_in(
             patch_class=c.patch_class,
             stats=c.stats,
         )
+    for t in group.trajectories:
+        if t.id in unencodable:
+            result.trajectories[t.id] = TrajectoryReport(passed=bool(t.passed), error=unencodable[t.id])
     gradable = workspace.gradable()
     if not gradable:
-        passing = [c for c in workspace.candidates.values() if c.passed]
-        problems = "; ".join(f"{c.trajectory_id}: {c.error}" for c in passing)
+        passing = [(tid, r.error) for tid, r in result.trajectories.items() if r.passed]
+        problems = "; ".join(f"{tid}: {error}" for tid, error in passing)
         _fail(result, Outcome.NO_GRADABLE, f"no passing trajectory has a patch that applies: {problems}")
         return
     try:
@@ -222,6 +261,7 @@ def _grade_in(
     _record(result, grade)
     result.status, result.outcome, result.ranking = "graded", Outcome.GRADED, ranking
     skipped = [c.trajectory_id for c in workspace.candidates.values() if c.passed and not c.commit]
+    skipped += [t.id for t in group.trajectories if t.passed and t.id in unencodable]
     result.reason = f"{len(skipped)} passing trajectories left out: {', '.join(skipped)}" if skipped else ""
 
     weights = redistribute.rank_to_weights(ranking, options.scheme, **options.weight_params())
@@ -278,9 +318,13 @@ def grade_indexed(
             yield index, grade_group_sync(item, grader, options)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gagar-grade") as pool:
-        futures = {pool.submit(grade_group_sync, item, grader, options): i for i, item in enumerate(items)}
+        # In a worker thread even a BaseException from the grader (SystemExit, say) fails its group only;
+        # Ctrl-C still reaches the main thread, waiting here.
+        futures = {
+            pool.submit(grade_group_contained, item, grader, options): i for i, item in enumerate(items)
+        }
         for future in as_completed(futures):
-            yield futures[future], future.result()  # grade_group_sync never raises for a group's own problems
+            yield futures[future], future.result()
 
 
 def grade_groups(
@@ -307,6 +351,29 @@ async def grade_group(
 ) -> GroupResult:
     """`grade_group_sync` for asyncio code: runs in a worker thread, never blocks the event loop."""
     return await asyncio.to_thread(grade_group_sync, item, grader, options)
+
+
+def grade_group_contained(
+    item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
+) -> GroupResult:
+    """`grade_group_sync` for a worker that must hand back a result whatever happens (a trainer's thread,
+    a Ray actor): anything the grader raises fails this group only, BaseExceptions included (`SystemExit`,
+    a `CancelledError`, a `KeyboardInterrupt` raised by code: Ctrl-C reaches only the main thread).
+
+    Args:
+        item: the group (or the file entry that is not one).
+        grader: the grader.
+        options: grading options.
+
+    Returns:
+        The result; a group whose grading raised is `failed` (outcome `internal_error`) with the exception
+        named, its advantages unchanged.
+    """
+    try:
+        return grade_group_sync(item, grader, options)
+    except BaseException as exc:  # noqa: BLE001 - the point: nothing a grader raises leaves its group
+        reason = f"group {item.group_id!r}: {type(exc).__name__}: {exc}"
+        return passthrough(item, grader.name, reason, Outcome.INTERNAL_ERROR)
 
 
 def write_results(results: Iterable[GroupResult], out_dir: Path | str) -> Path:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -85,6 +85,70 @@ class Preference:
         return data
 
 
+class RankingPairs(Sequence[Preference]):
+    """The strict pairs of a ranking as bare preferences (no reason, no category), made on demand.
+
+    A ranking of n single ids defines n(n-1)/2 pairs: 5,000 ids from a 54 KB file are 12.5 million. Kept
+    as the ranking they cost its size; iterating makes them one at a time, `len` and `in` are arithmetic.
+    """
+
+    __slots__ = ("_length", "_positions", "ranking")
+
+    def __init__(self, ranking: Sequence[Sequence[str]]) -> None:
+        self.ranking = [list(tier) for tier in ranking]
+        self._length = count_strict_pairs(self.ranking)
+        self._positions: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[Preference]:
+        return (Preference(better, worse) for better, worse in iter_strict_pairs(self.ranking))
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        if isinstance(index, slice):
+            picked = range(self._length)[index]
+            if picked.step < 0:
+                return tuple(self[i] for i in picked)
+            return tuple(itertools.islice(self, picked.start, picked.stop, picked.step))
+        if not -self._length <= index < self._length:
+            raise IndexError("preference index out of range")
+        return next(itertools.islice(self, index % self._length, None))
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, Preference) or item.reason or item.category is not None:
+            return False
+        return self.orders(item.better, item.worse)
+
+    def orders(self, better: str, worse: str) -> bool:
+        """Whether the ranking puts `better` in a tie group above `worse`'s.
+
+        Args:
+            better: an id.
+            worse: an id.
+
+        Returns:
+            True for a strict pair of the ranking.
+        """
+        if self._positions is None:
+            self._positions = positions(self.ranking)
+        where = self._positions
+        return better in where and worse in where and where[better] < where[worse]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RankingPairs):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        ids = sum(len(tier) for tier in self.ranking)
+        return f"RankingPairs({self._length} pairs of a ranking of {ids} ids)"
+
+
 @dataclass(frozen=True)
 class Reference:
     """What is better than what in one group: a partial order, checked on construction.
@@ -98,8 +162,9 @@ class Reference:
     """The group the reference judges."""
     kind: Kind
     """Where it comes from: pairwise, ranking, degrade or consensus."""
-    preferences: tuple[Preference, ...]
-    """The pairs the reference defines; with a ranking, exactly its strict pairs."""
+    preferences: Sequence[Preference]
+    """The pairs the reference defines; with a ranking, exactly its strict pairs (a `RankingPairs` when
+    they are bare: made on demand, never all at once)."""
     ranking: list[list[str]] | None = None
     """A full ranking (tie groups, best first) when one defines the reference: Kendall's tau needs it."""
     details: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -108,24 +173,41 @@ class Reference:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise InvalidReference(f"group {self.group_id!r}: unknown kind {self.kind!r}; known: {KINDS}")
-        object.__setattr__(self, "preferences", tuple(self.preferences))
+        if not isinstance(self.preferences, RankingPairs):
+            object.__setattr__(self, "preferences", tuple(self.preferences))
         if self.kind == "ranking" and self.ranking is None:
             raise InvalidReference(f"group {self.group_id!r}: a reference of kind ranking needs its ranking")
-        check_order(self.group_id, self.preferences)
         if self.ranking is not None:
             try:
                 check_ranking(self.ranking)
             except InvalidRanking as exc:
                 raise InvalidReference(f"group {self.group_id!r}: {exc}") from exc
-            expected = set(strict_pairs(self.ranking))
-            given = {p.pair for p in self.preferences}
-            if given != expected:
-                stray = sorted(given - expected) or sorted(expected - given)
-                better, worse = stray[0]
+        if isinstance(self.preferences, RankingPairs):
+            # A well-formed ranking's strict pairs are a partial order by construction: nothing to check
+            # pair by pair, and nothing to expand.
+            if self.preferences.ranking != self.ranking:
                 raise InvalidReference(
-                    f"group {self.group_id!r}: the preferences are not the ranking's strict pairs "
-                    f"(first difference: {better} > {worse})"
+                    f"group {self.group_id!r}: the preferences are another ranking's pairs"
                 )
+            return
+        check_order(self.group_id, self.preferences)
+        if self.ranking is not None:
+            self._check_ranking_pairs(self.ranking)
+
+    def _check_ranking_pairs(self, ranking: Ranking) -> None:
+        """The given preferences are exactly the ranking's strict pairs: each is one, none twice (checked
+        by `check_order`), and as many as the ranking has. Memory stays that of the preferences given."""
+        strict = RankingPairs(ranking)
+        stray = next((p.pair for p in self.preferences if not strict.orders(*p.pair)), None)
+        if stray is None and len(self.preferences) != len(strict):
+            given = {p.pair for p in self.preferences}
+            stray = next(pair for pair in iter_strict_pairs(ranking) if pair not in given)
+        if stray is not None:
+            better, worse = stray
+            raise InvalidReference(
+                f"group {self.group_id!r}: the preferences are not the ranking's strict pairs "
+                f"(first difference: {better} > {worse})"
+            )
 
     def ids(self) -> set[str]:
         """Every trajectory id the reference mentions, in a preference or in its ranking.
@@ -133,16 +215,33 @@ class Reference:
         Returns:
             The ids.
         """
-        found = {tid for p in self.preferences for tid in p.pair}
-        found.update(tid for tier in self.ranking or [] for tid in tier)
+        found = {tid for tier in self.ranking or [] for tid in tier}
+        if not isinstance(self.preferences, RankingPairs):  # a ranking's own pairs name only its ids
+            found.update(tid for p in self.preferences for tid in p.pair)
         return found
 
-    def categories(self) -> dict[str, tuple[Preference, ...]]:
+    def defines(self, better: str, worse: str) -> bool:
+        """Whether the reference holds the pair `better` > `worse` (without making a ranking's pairs).
+
+        Args:
+            better: an id.
+            worse: an id.
+
+        Returns:
+            True when one of its preferences is that pair.
+        """
+        if isinstance(self.preferences, RankingPairs):
+            return self.preferences.orders(better, worse)
+        return any(p.pair == (better, worse) for p in self.preferences)
+
+    def categories(self) -> dict[str, Sequence[Preference]]:
         """The preferences by category ("uncategorised" for those without one), in first-seen order.
 
         Returns:
             Category name -> its preferences.
         """
+        if isinstance(self.preferences, RankingPairs):  # bare pairs: one category, kept unexpanded
+            return {"uncategorised": self.preferences} if len(self.preferences) else {}
         grouped: dict[str, list[Preference]] = {}
         for p in self.preferences:
             grouped.setdefault(p.category or "uncategorised", []).append(p)
@@ -181,15 +280,40 @@ def strict_pairs(ranking: Ranking) -> list[tuple[str, str]]:
         ranking: tie groups of ids, best first.
 
     Returns:
-        The pairs; ids tied with each other form none.
+        The pairs; ids tied with each other form none. A list: n ids make up to n(n-1)/2 pairs, so code
+        reading files iterates `iter_strict_pairs` instead.
     """
-    return [
-        (better, worse)
-        for i, upper in enumerate(ranking)
-        for lower in ranking[i + 1 :]
-        for better in upper
-        for worse in lower
-    ]
+    return list(iter_strict_pairs(ranking))
+
+
+def iter_strict_pairs(ranking: Ranking) -> Iterator[tuple[str, str]]:
+    """(better, worse) for every pair a ranking orders strictly, one at a time (see `strict_pairs`).
+
+    Args:
+        ranking: tie groups of ids, best first.
+
+    Returns:
+        An iterator of the pairs, tier by tier.
+    """
+    for i, upper in enumerate(ranking):
+        for lower in ranking[i + 1 :]:
+            for better in upper:
+                for worse in lower:
+                    yield (better, worse)
+
+
+def count_strict_pairs(ranking: Ranking) -> int:
+    """How many pairs a ranking orders strictly, without making them.
+
+    Args:
+        ranking: tie groups of ids, best first.
+
+    Returns:
+        n(n-1)/2 less the pairs tied within each group.
+    """
+    sizes = [len(tier) for tier in ranking]
+    total = sum(sizes)
+    return (total * total - sum(size * size for size in sizes)) // 2
 
 
 def check_order(group_id: str, preferences: Sequence[Preference]) -> None:
@@ -289,8 +413,7 @@ def reference_from_ranking(
     except InvalidRanking as exc:
         raise InvalidReference(f"group {group_id!r}: {exc}") from exc
     tiers = [list(tier) for tier in ranking]
-    preferences = tuple(Preference(better, worse) for better, worse in strict_pairs(tiers))
-    return Reference(group_id, kind, preferences, ranking=tiers, details=dict(details or {}))
+    return Reference(group_id, kind, RankingPairs(tiers), ranking=tiers, details=dict(details or {}))
 
 
 def reference_from_degrade(group: Group, equivalent: Iterable[str] = ()) -> Reference:
@@ -516,7 +639,8 @@ def load_references(path: Path | str) -> dict[str, Reference]:
     Two layouts. A JSON object from group id to a reference (a ranking, as the old `--reference` file
     holds, or an object as `Reference.to_dict` writes). Or JSONL, each line either a whole reference with
     its "group_id", or one preference {"group_id", "better", "worse", "reason"?, "category"?}; the
-    preference lines of a group make one pairwise reference.
+    preference lines of a group make one pairwise reference. A ranking's pairs are never made all at once
+    (`RankingPairs`): memory stays that of the file.
 
     Args:
         path: the file.
@@ -525,16 +649,18 @@ def load_references(path: Path | str) -> dict[str, Reference]:
         Group id -> reference, in file order.
 
     Raises:
-        InputFileError: the file cannot be read or is neither a JSON object nor JSONL.
-        InvalidReference: a reference is malformed, contradictory or cyclic, or a group is defined twice;
-            the message names the file (and line), the group and the pair.
+        InputFileError: the file cannot be read, is neither a JSON object nor JSONL, or nests deeper than
+            the JSON reader goes.
+        InvalidReference: the file holds no reference, a reference is malformed, contradictory or cyclic, a
+            key is given twice in one object (a group defined twice), or a group is defined twice across
+            lines; the message names the file (and line), the group and the pair.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read the reference file: {exc}") from exc
     try:
-        data = json.loads(text)
+        data = _decode(text, str(path))
     except json.JSONDecodeError:
         data = None
     if isinstance(data, dict) and not _is_line(data):
@@ -544,8 +670,70 @@ def load_references(path: Path | str) -> dict[str, Reference]:
                 references[group_id] = reference_from_dict(group_id, value)
             except InvalidReference as exc:
                 raise InvalidReference(f"{path}: {exc}") from exc
-        return references
-    return _load_lines(path, text)
+    else:
+        references = _load_lines(path, text)
+    if not references:
+        raise InvalidReference(f"{path}: holds no reference (an empty file or object): nothing to score")
+    return references
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A decoded JSON object, refusing a key given twice (json would keep the last one silently)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
+    return data
+
+
+def _decode(text: str, where: str) -> Any:
+    """JSON text decoded, with a key given twice or nesting past the reader's depth refused by name.
+
+    Raises:
+        json.JSONDecodeError: not JSON.
+        InvalidReference: a key is given twice in one object.
+        InputFileError: nested deeper than the JSON reader goes (Python's recursion limit).
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise InvalidReference(
+            f"{where}: {exc.key!r} is given twice in one object (a group, or a field, defined twice)"
+        ) from None
+    except RecursionError:
+        raise InputFileError(f"{where}: nested deeper than the JSON reader goes: not a reference") from None
+
+
+def check_ids(references: Mapping[str, Reference], groups: Mapping[str, Iterable[str]]) -> None:
+    """Check that every reference names only trajectories of its group.
+
+    Args:
+        references: group id -> reference.
+        groups: group id -> the group's trajectory ids; references of groups not given are not checked.
+
+    Raises:
+        InvalidReference: some references name ids their group lacks; the message names every such group
+            and its unknown ids.
+    """
+    problems = []
+    for group_id, reference in references.items():
+        if group_id not in groups:
+            continue
+        unknown = sorted(reference.ids() - set(groups[group_id]))
+        if unknown:
+            shown = ", ".join(repr(tid) for tid in unknown[:20]) + (" ..." if len(unknown) > 20 else "")
+            problems.append(f"group {group_id!r}: {len(unknown)} not in the group: {shown}")
+    if problems:
+        raise InvalidReference(
+            "references name trajectories their group does not have: " + "; ".join(problems)
+        )
 
 
 def _is_line(data: dict[str, Any]) -> bool:
@@ -562,7 +750,7 @@ def _load_lines(path: Path | str, text: str) -> dict[str, Reference]:
             continue
         where = f"{path}:{number}"
         try:
-            item = json.loads(line)
+            item = _decode(line, where)
         except json.JSONDecodeError as exc:
             raise InputFileError(
                 f"{where}: neither a JSON object of references nor JSONL: {exc.msg}"
@@ -623,8 +811,11 @@ __all__ = [
     "Kind",
     "Preference",
     "Reference",
+    "RankingPairs",
     "agreement",
+    "check_ids",
     "check_order",
+    "count_strict_pairs",
     "consensus_reference",
     "credit",
     "load_references",
@@ -632,6 +823,7 @@ __all__ = [
     "reference_from_degrade",
     "reference_from_dict",
     "reference_from_ranking",
+    "iter_strict_pairs",
     "strict_pairs",
     "write_references",
 ]

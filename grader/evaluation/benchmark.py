@@ -312,7 +312,17 @@ def _read_json(path: Path, problems: list[str]) -> Any:
         problems.append(f"{path.name}: missing")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         problems.append(f"{path.name}: cannot read: {exc}")
+    except RecursionError:
+        problems.append(f"{path.name}: nested deeper than the JSON reader goes")
     return None
+
+
+def _strings(item: dict[str, Any], keys: tuple[str, ...], where: str, problems: list[str]) -> bool:
+    """Whether every key present in `item` holds a non-empty string; a problem names each that does not."""
+    wrong = [k for k in keys if k in item and not (isinstance(item[k], str) and item[k])]
+    for key in wrong:
+        problems.append(f"{where}: `{key}` is a non-empty string, found {type(item[key]).__name__}")
+    return not wrong
 
 
 def _jsonl(path: Path, problems: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -330,6 +340,9 @@ def _jsonl(path: Path, problems: list[str]) -> Iterator[tuple[int, dict[str, Any
             item = json.loads(line)
         except json.JSONDecodeError as exc:
             problems.append(f"{path.name}:{number}: not JSON: {exc.msg}")
+            continue
+        except RecursionError:
+            problems.append(f"{path.name}:{number}: nested deeper than the JSON reader goes")
             continue
         if not isinstance(item, dict):
             problems.append(f"{path.name}:{number}: a line is a JSON object")
@@ -393,8 +406,9 @@ def _instances(manifest: dict[str, Any], groups: dict[str, Group], problems: lis
 
 
 def _load_split(root: Path, instances: set[str], problems: list[str]) -> dict[str, str]:
+    before = len(problems)
     data = _read_json(root / "split.json", problems)
-    if data is None:
+    if len(problems) > before:  # missing or unreadable, said
         return {}
     if (
         not isinstance(data, dict)
@@ -406,7 +420,9 @@ def _load_split(root: Path, instances: set[str], problems: list[str]) -> dict[st
     split: dict[str, str] = {}
     for name in SPLITS:
         for instance in data[name]:
-            if instance in split:
+            if not isinstance(instance, str):
+                problems.append(f"split.json: {name}: an instance is a string, found {instance!r:.60}")
+            elif instance in split:
                 problems.append(f"split.json: instance {instance!r} is in both splits (or twice)")
             elif instance not in instances:
                 problems.append(f"split.json: instance {instance!r} has no group")
@@ -425,6 +441,10 @@ def _load_labels(root: Path, problems: list[str]) -> list[Label]:
         missing = sorted({"group_id", "a", "b", "labeller", "verdict"} - set(item))
         if unknown or missing:
             problems.append(f"{where}: unknown keys {unknown}, missing keys {missing}")
+        elif not _strings(item, ("group_id", "a", "b", "labeller", "verdict"), where, problems):
+            continue
+        elif not isinstance(item.get("reason", ""), str) or not isinstance(item.get("category") or "", str):
+            problems.append(f"{where}: `reason` and `category` are strings")
         elif item["verdict"] not in VERDICTS:
             problems.append(f"{where}: verdict is one of {', '.join(VERDICTS)}, found {item['verdict']!r}")
         else:
@@ -445,6 +465,8 @@ def _load_probes(root: Path, problems: list[str]) -> list[Probe]:
         where = f"probes.json[{i}]"
         if not isinstance(item, dict) or not {"group_id", "better", "worse", "script"} <= set(item):
             problems.append(f"{where}: needs group_id, better, worse and script")
+            continue
+        if not _strings(item, ("group_id", "better", "worse", "script", "command"), where, problems):
             continue
         script = root / str(item["script"])
         if not script.is_file() or root.resolve() not in script.resolve().parents:
@@ -499,6 +521,25 @@ def _check_provenance(bench: Benchmark, problems: list[str], check_bundles: bool
         isinstance(provenance.get(k), dict) for k in ("bundles", "patches", "labellers")
     ):
         problems.append("provenance.json: an object with `bundles`, `patches` and `labellers` objects")
+        return
+    before = len(problems)
+    for name in ("bundles", "patches"):
+        for key, record in provenance[name].items():
+            if not isinstance(record, dict):
+                problems.append(
+                    f"provenance.json: {name}: {key!r} is an object, found {type(record).__name__}"
+                )
+    for key, record in provenance["bundles"].items():
+        if isinstance(record, dict):
+            _strings(record, ("repository", "commit", "tree"), f"provenance.json: bundles: {key!r}", problems)
+    for gid, records in provenance["patches"].items():
+        for tid, record in records.items() if isinstance(records, dict) else ():
+            if not isinstance(record, dict):
+                problems.append(f"provenance.json: patches: group {gid!r}: {tid!r} is an object")
+            else:
+                where = f"provenance.json: patches: group {gid!r}: {tid!r}"
+                _strings(record, ("repository", "commit", "path"), where, problems)
+    if len(problems) > before:
         return
     licensed = {str(s["repository"]) for s in bench.manifest["sources"]}
     bundles: dict[str, set[str]] = {}
@@ -586,12 +627,11 @@ def _check_labels_and_probes(bench: Benchmark, problems: list[str]) -> None:
     probed = {(p.group_id, p.better, p.worse) for p in bench.probes}
     for probe in bench.probes:
         reference = bench.references.get(probe.group_id)
-        if reference is None or probe.pair not in {p.pair for p in reference.preferences}:
+        if reference is None or not reference.defines(*probe.pair):
             problems.append(
                 f"probes.json: {probe.group_id!r}: {probe.better} > {probe.worse}: not a reference pair"
             )
     for gid, reference in bench.references.items():
-        defined = {p.pair for p in reference.preferences}
         if reference.kind == "pairwise":
             for p in reference.preferences:
                 key = (gid, frozenset(p.pair))
@@ -611,7 +651,8 @@ def _check_labels_and_probes(bench: Benchmark, problems: list[str]) -> None:
         for (label_gid, pair), verdict in verdicts.items():
             if label_gid != gid:
                 continue
-            kept = [pair_ for pair_ in defined if frozenset(pair_) == pair]
+            a, b = sorted(pair) if len(pair) == 2 else (next(iter(pair)),) * 2
+            kept = [pair_ for pair_ in ((a, b), (b, a)) if reference.defines(*pair_)]
             if verdict in (None, DISAGREED) and kept:
                 problems.append(
                     f"references: group {gid!r}: pair {' > '.join(kept[0])} is not agreed by both labels"

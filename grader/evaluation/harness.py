@@ -22,7 +22,13 @@ from grader.graders.base import Grader
 from grader.models import Group, GroupResult
 from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
 from grader.ranking import InvalidRanking, check_ranking
-from grader.references import Reference, agreement, consensus_reference, reference_from_ranking
+from grader.references import (
+    Reference,
+    agreement,
+    check_ids,
+    consensus_reference,
+    reference_from_ranking,
+)
 
 GraderFactory = Callable[[int], Grader]
 AnyReference = metrics.Ranking | Reference
@@ -39,13 +45,16 @@ def load_reference(path: Path | str) -> dict[str, list[list[str]]]:
         Group id -> reference ranking.
 
     Raises:
-        InputFileError: the file cannot be read, is not JSON, or is not a JSON object.
+        InputFileError: the file cannot be read, is not JSON (or nests past the reader's depth), or is not a
+            JSON object.
         InvalidRanking: a ranking is malformed; the message names the file and the group.
     """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read the reference file: {exc}") from exc
+    except RecursionError:
+        raise InputFileError(f"{path}: nested deeper than the JSON reader goes") from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: a reference file is a JSON object from group id to ranking")
     for group_id, ranking in data.items():
@@ -131,12 +140,14 @@ def score_result(
     if ref.ranking is not None:
         score.kendall_tau = metrics.kendall_tau(result.ranking, ref.ranking)
         score.top1_accuracy = metrics.top1_accuracy(result.ranking, ref.ranking)
-    pairs = [p.pair for p in ref.preferences]
-    score.inverted_pairs, inversion_pairs = metrics.pair_inversions(result.advantages_after, pairs)
+    # Pairs one at a time: a ranking's n(n-1)/2 pairs are never all made (references.RankingPairs).
+    score.inverted_pairs, inversion_pairs = metrics.pair_inversions(
+        result.advantages_after, (p.pair for p in ref.preferences)
+    )
     score.inversions = score.inverted_pairs / inversion_pairs if inversion_pairs else None
     for kind in sorted(set((kinds or {}).values())):
         members = {tid for tid, k in (kinds or {}).items() if k == kind}
-        involved = [pair for pair in pairs if members & set(pair)]
+        involved = [p.pair for p in ref.preferences if members & set(p.pair)]
         credit, scored = metrics.credit(result.ranking, involved)
         if scored:
             score.by_kind[kind] = (credit, scored)
@@ -295,9 +306,14 @@ def evaluate(
         The scores and the raw results.
 
     Raises:
-        InvalidReference: a ranking given as a reference is malformed.
+        InvalidReference: a ranking given as a reference is malformed, or references name trajectories
+            their group lacks (every such group named with its unknown ids); nothing is graded then.
     """
     chosen, missing = _with_reference(items, references)
+    check_ids(
+        {gid: as_reference(gid, reference) for gid, reference in references.items()},
+        {item.group_id: [t.id for t in item.trajectories] for item in chosen if isinstance(item, Group)},
+    )
     results = grade_groups(chosen, grader, evaluation_options(options), workers=workers)
     kinds = {item.group_id: kinds_of(item) for item in chosen if isinstance(item, Group)}
     scores = [

@@ -104,10 +104,13 @@ def pair_inversions(
     Counted on advantages after redistribution: that, not the ranking, is what the policy is trained on.
     Ids without a finite advantage are left out.
     """
-    known = {tid for tid, value in advantages.items() if value is not None}
-    scored = [(better, worse) for better, worse in pairs if better in known and worse in known]
-    inverted = sum(1 for better, worse in scored if advantages[worse] > advantages[better])  # type: ignore[operator]
-    return inverted, len(scored)
+    known = {tid: value for tid, value in advantages.items() if value is not None}
+    inverted = scored = 0
+    for better, worse in pairs:  # counted as they come: the pairs may be too many to hold
+        if better in known and worse in known:
+            scored += 1
+            inverted += known[worse] > known[better]
+    return inverted, scored
 
 
 def agreement(rankings: Sequence[Ranking]) -> float | None:

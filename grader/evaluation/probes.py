@@ -136,6 +136,11 @@ def _run_one(probe: Probe, sandbox: Sandbox, targets: set[str]) -> ProbeResult:
         return ProbeResult(
             probe, None, None, error=f"no tree for {', '.join(missing)} (did the patch apply?)"
         )
-    env = {"GAGAR_PROBE": probe.script.read_text(encoding="utf-8")}
+    try:
+        env = {"GAGAR_PROBE": probe.script.read_text(encoding="utf-8")}
+    except (OSError, UnicodeDecodeError) as exc:  # the probe travels as text: a binary one cannot
+        return ProbeResult(
+            probe, None, None, error=f"probe {probe.script.name} cannot be read as text: {exc}"
+        )
     runs = sandbox.exec_many(list(probe.pair), probe_command(probe), env=env)
     return ProbeResult(probe, runs[probe.better], runs[probe.worse])

@@ -5,12 +5,13 @@ framework module (``verl``, ``trl``, ``slime``, ``openrlhf``) imports its framew
 itself imported or called, so ``import grader.integrations`` never needs them.
 """
 
-from grader.integrations.batch import BatchGrader, CollectError, GuardConfig, StepWeights
+from grader.integrations.batch import BatchClosed, BatchGrader, CollectError, GuardConfig, StepWeights
 from grader.integrations.rows import MappingError, RowError, RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.weights import WeightsFn, call_weights_fn, weights_from_results
 
 __all__ = [
+    "BatchClosed",
     "BatchGrader",
     "CollectError",
     "GuardConfig",

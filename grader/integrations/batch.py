@@ -15,10 +15,16 @@ draws new ones per grading unless its seed is fixed), and when the two gradings 
 more than ``max_flag_jump``, the whole step falls back to 1.0 with the reason logged: a drifting grader can
 slow learning, not steer it.
 
-Faults never reach the trainer: a grader that raises, an actor that dies, or the Ray runtime failing costs
-the groups concerned (1.0, with the reason). Only misuse raises: a row mapping that cannot read a required
-field (:class:`~grader.integrations.rows.RowError`), ``weights()`` for rows never submitted or collected
-twice (:class:`CollectError`).
+Faults never reach the trainer: a grader that raises anything at all (any ``BaseException``: a bug,
+``SystemExit``, a ``CancelledError``, even a ``KeyboardInterrupt`` raised in its thread), an actor that dies,
+or the Ray runtime failing costs the groups concerned (1.0, with the reason). ``submit`` does no per-row work
+in the caller's thread beyond reading the rows: the guard's scan runs in the worker, after the size cap.
+A grading still running when the trainer stops waiting for it (late), or past ``budget`` seconds, is cut
+off: its slot goes to the next group at once, and its thread, which Python cannot stop, runs on as a daemon
+with its result dropped. ``close()`` returns within its ``timeout``. Only misuse raises: a row mapping that
+cannot read a required field or a row value that cannot be graded
+(:class:`~grader.integrations.rows.RowError`), ``weights()`` for rows never submitted or collected twice
+(:class:`CollectError`), ``submit()`` after ``close()`` (:class:`BatchClosed`).
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ import logging
 import random
 import threading
 import time
-from collections import Counter
-from collections.abc import Sequence
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,13 +51,13 @@ from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_row
 from grader.length import read_step
 from grader.models import Group, GroupResult
 from grader.outcomes import Outcome
-from grader.pipeline import GradingOptions, grade_group_sync, passthrough
+from grader.pipeline import GradingOptions, grade_group_contained, passthrough
 from grader.redistribute import is_mixed_group, rank_to_weights, shrink_weights
 
 if TYPE_CHECKING:
     from grader.integrations.ray import RayGrader
 
-__all__ = ["BatchGrader", "CollectError", "GuardConfig", "StepWeights"]
+__all__ = ["BatchClosed", "BatchGrader", "CollectError", "GuardConfig", "StepWeights"]
 
 log = logging.getLogger("gagar.trainer")
 
@@ -59,10 +65,16 @@ LATE = "late"
 UNGRADED = "ungraded"
 GUARD = "guard"
 TOP_REASONS = 3
+CLOSE_WAIT = 5.0
+"""Seconds `BatchGrader.close()` waits for running gradings by default before leaving them behind."""
 
 
 class CollectError(GagarError, RuntimeError):
     """``weights()`` asked for rows that were never submitted, or whose weights were already collected."""
+
+
+class BatchClosed(GagarError, RuntimeError):
+    """``submit()`` on a batch grader already closed; nothing of the call was kept pending."""
 
 
 @dataclass
@@ -119,6 +131,94 @@ class _Submission:
     submitted: float
     done_at: dict[str, float] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    settled: dict[str, tuple[GroupResult | None, GroupResult | None, float | None]] = field(
+        default_factory=dict
+    )
+    """Per group collected at least once: (result or None when late, self-check result, latency). Fixed at
+    the first collection, so rows of one group collected in several calls get one outcome."""
+
+
+@dataclass(eq=False)
+class _Job:
+    future: Future[GroupResult]
+    run: Callable[[Future[GroupResult]], GroupResult]
+    """The grading; it gets its own future (to arm a budget when it starts)."""
+
+
+class _Workers:
+    """Runs up to `size` gradings at once, each on its own daemon thread.
+
+    A thread pool would keep a hung grading's thread, and with it one of its slots, until the grader
+    returns, and would make the interpreter wait for it at exit. Here a grading that is given up on
+    (`abandon`: late, or over its budget) frees its slot at once; its thread runs on to the grader's end as
+    a daemon and its result is dropped.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = max(1, size)
+        self._lock = threading.Lock()
+        self._queue: deque[_Job] = deque()
+        self._running: set[Future[GroupResult]] = set()
+        self.closed = False
+
+    def submit(self, run: Callable[[Future[GroupResult]], GroupResult]) -> Future[GroupResult]:
+        """Queue a grading; it starts when a slot is free.
+
+        Raises:
+            BatchClosed: `close` was called.
+        """
+        job = _Job(Future(), run)
+        with self._lock:
+            if self.closed:
+                raise BatchClosed("the batch grader is closed: submit() after close()")
+            self._queue.append(job)
+        self._pump()
+        return job.future
+
+    def _pump(self) -> None:
+        started = []
+        with self._lock:
+            while self._queue and len(self._running) < self.size:
+                job = self._queue.popleft()
+                if job.future.set_running_or_notify_cancel():  # False: cancelled while queued
+                    self._running.add(job.future)
+                    started.append(job)
+        for job in started:
+            threading.Thread(target=self._work, args=(job,), name="gagar-batch", daemon=True).start()
+
+    def _work(self, job: _Job) -> None:
+        try:
+            result = job.run(job.future)
+        except BaseException as exc:  # noqa: BLE001 - the job catches everything; this is the last line
+            with contextlib.suppress(InvalidStateError):
+                job.future.set_exception(exc)
+        else:
+            with contextlib.suppress(InvalidStateError):  # cut off at its budget: a result is already set
+                job.future.set_result(result)
+        finally:
+            self.abandon(job.future)
+
+    def abandon(self, future: Future[GroupResult]) -> None:
+        """Give up on a grading: a queued one never starts, a running one frees its slot now."""
+        if future.cancel():
+            return
+        with self._lock:
+            self._running.discard(future)
+        self._pump()
+
+    def running(self) -> list[Future[GroupResult]]:
+        """The gradings running now."""
+        with self._lock:
+            return list(self._running)
+
+    def close(self) -> list[Future[GroupResult]]:
+        """Refuse new gradings and cancel the queued ones; returns the running ones."""
+        with self._lock:
+            self.closed = True
+            queued, self._queue = list(self._queue), deque()
+        for job in queued:
+            job.future.cancel()
+        return self.running()
 
 
 class BatchGrader:
@@ -128,14 +228,17 @@ class BatchGrader:
         grader: the grader, run in threads (give this or `ray_grader`).
         mapping: where each row holds its fields (default: `RowMapping()`'s names).
         options: grading options (scheme, floor, preserve of the results, ...).
-        workers: groups graded at once in threads.
+        workers: groups graded at once in threads. A grading cut off (late at collection, or over `budget`)
+            no longer counts against it.
         ray_grader: a :class:`~grader.integrations.ray.RayGrader` spreading groups over its actors.
         regrader: grades the self-check sample (default: the grader itself, which for the LLM grader with no
             fixed seed means fresh labels).
         guard: the guard's settings (`GuardConfig`).
         deadline: the default wait of `weights()` in seconds (None: until every group is done).
+        budget: seconds a grading may run in a thread before it is cut off: its group fails with the reason
+            (outcome `deadline`) and its slot goes to the next group (None: only collection cuts off).
     Raises:
-        ValueError: both or neither of `grader` and `ray_grader` given.
+        ValueError: both or neither of `grader` and `ray_grader` given, or a budget that is not positive.
     """
 
     def __init__(
@@ -149,9 +252,12 @@ class BatchGrader:
         regrader: Grader | None = None,
         guard: GuardConfig | None = None,
         deadline: float | None = None,
+        budget: float | None = None,
     ) -> None:
         if (grader is None) == (ray_grader is None):
             raise ValueError("give exactly one of grader (threads) or ray_grader (Ray actors)")
+        if budget is not None and not budget > 0:
+            raise ValueError(f"budget is a number of seconds above 0, got {budget!r}")
         self.grader = grader
         self.ray_grader = ray_grader
         self.regrader = regrader or grader
@@ -159,8 +265,9 @@ class BatchGrader:
         self.options = options or GradingOptions()
         self.guard = guard or GuardConfig()
         self.deadline = deadline
+        self.budget = budget
         self.name = grader.name if grader is not None else ray_grader.name  # type: ignore[union-attr]
-        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="gagar-batch")
+        self._workers = _Workers(workers)
         self._lock = threading.Lock()
         self._owner: dict[tuple[str, str], _Submission] = {}
         self._flag_history: list[float] = []
@@ -171,14 +278,20 @@ class BatchGrader:
     def submit(self, rows: Sequence[Any]) -> int:
         """Start grading the mixed groups among `rows` in the background; returns at once.
 
+        Only the rows are read here; the guard's scan of each patch and the grading run in the workers.
+
         Args:
             rows: the step's rows (any order; groups need not be contiguous).
         Returns:
             how many groups were sent to the grader.
         Raises:
-            RowError: a row's group id, trajectory id, pass flag or response length is missing or malformed.
+            RowError: a row's group id, trajectory id, pass flag or response length is missing or malformed
+                (a response length that is not a finite count of tokens included).
             CollectError: a row's group was already submitted and not yet collected.
+            BatchClosed: `close()` was called; nothing of this call is left pending.
         """
+        if self._workers.closed:
+            raise BatchClosed("the batch grader is closed: submit() after close()")
         groups = group_rows(parse_rows(rows, self.mapping))
         now = time.monotonic()
         submission = _Submission(groups, {}, {}, {}, now)
@@ -191,27 +304,64 @@ class BatchGrader:
             for g in groups:
                 for key in g.keys:
                     self._owner[key] = submission
-        mixed = [g for g in groups if g.group is not None and _is_mixed(g.group)]
-        for g in mixed:
-            assert g.group is not None
-            submission.flagged[g.group_id] = {
-                t.id: hits for t in g.group.trajectories if t.passed and (hits := find_injections(t.patch))
-            }
+        mixed = [g.group for g in groups if g.group is not None and _is_mixed(g.group)]
         sample = self._sample(mixed)
-        if self.ray_grader is not None:
-            self._submit_ray(submission, [g.group for g in mixed if g.group is not None], sample)
-        else:
-            for g in mixed:
-                assert g.group is not None
-                future = self._pool.submit(_grade_safely, g.group, self.grader, self.options)
-                self._track(submission, g.group_id, future)
-                if g.group_id in sample:
-                    submission.checks[g.group_id] = self._pool.submit(
-                        _grade_safely, g.group, self.regrader, self.options
-                    )
+        try:
+            if self.ray_grader is not None:
+                self._submit_ray(submission, mixed, sample)
+            else:
+                for group in mixed:
+                    self._track(submission, group.group_id, self._start(group, self.grader, submission))
+                    if group.group_id in sample:
+                        check = self._start(group, self.regrader, None)
+                        submission.checks[group.group_id] = check
+        except BatchClosed:  # closed while this call ran: take back what it registered
+            self._forget(submission)
+            raise
         return len(mixed)
 
-    def _sample(self, mixed: list[RowGroup]) -> set[str]:
+    def _start(
+        self, group: Group, grader: Grader | None, submission: _Submission | None
+    ) -> Future[GroupResult]:
+        """Queue one grading (with the guard's scan first when `submission` records it) on the workers."""
+        options, cap = self.options, self.options.max_patch_bytes
+
+        def run(future: Future[GroupResult]) -> GroupResult:
+            if self.budget is not None:  # the budget runs from the grading's start, not from the queue
+                timer = threading.Timer(self.budget, self._cut_off, (future, group))
+                timer.daemon = True
+                timer.start()
+                future.add_done_callback(lambda _: timer.cancel())
+            if submission is not None:
+                submission.flagged[group.group_id] = _scan(group, cap)
+            return grade_group_contained(group, grader, options)  # type: ignore[arg-type]
+
+        return self._workers.submit(run)
+
+    def _cut_off(self, future: Future[GroupResult], group: Group) -> None:
+        """A grading over its budget: its group fails with the reason, and its slot is freed."""
+        reason = f"group {group.group_id!r}: cut off after its {self.budget:g}s budget; weights 1.0"
+        _resolve(future, passthrough(group, self.name, reason, Outcome.DEADLINE))
+        self._workers.abandon(future)
+
+    def _forget(self, submission: _Submission) -> None:
+        with self._lock:
+            for g in submission.groups:
+                for key in g.keys:
+                    if self._owner.get(key) is submission:
+                        del self._owner[key]
+        self._abandon(submission, [g.group_id for g in submission.groups])
+
+    def _abandon(self, submission: _Submission, group_ids: Sequence[str]) -> None:
+        """Stop the gradings of these groups: queued ones never start, running ones free their slots."""
+        for gid in group_ids:
+            for future in (submission.futures.get(gid), submission.checks.get(gid)):
+                if future is not None:
+                    self._workers.abandon(future)
+        if all(g.group_id in submission.settled or g.group_id in group_ids for g in submission.groups):
+            submission.stop.set()  # Ray: stop waiting for this submission's tasks
+
+    def _sample(self, mixed: list[Group]) -> set[str]:
         share = self.guard.self_check_share
         if share <= 0 or not mixed:
             return set()
@@ -236,8 +386,11 @@ class BatchGrader:
             return
         ray_grader = self.ray_grader
         assert ray_grader is not None
+        cap = self.options.max_patch_bytes
 
         def run() -> None:
+            for group in groups:  # the guard's scan, off the caller's thread
+                submission.flagged[group.group_id] = _scan(group, cap)
             try:
                 for index, result in ray_grader.grade_indexed([g for g, _ in jobs], stop=submission.stop):
                     _resolve(jobs[index][1], result)
@@ -262,6 +415,10 @@ class BatchGrader:
         showed); ``self_agreement`` and ``self_checked``; ``guard_fallback`` (1 when the guard reset the
         step).
 
+        A group's outcome is fixed the first time any of its rows is collected: a grading not done by then
+        is late and cut off (its slot goes to the next group); rows of the group collected later get the
+        same outcome. Rows of a submission not asked for stay collectable.
+
         Args:
             rows: the rows submitted (any order, any subset of one or more submissions).
             deadline: seconds to wait at most (default: the grader's `deadline`; None waits for all).
@@ -274,8 +431,8 @@ class BatchGrader:
         start = time.monotonic()
         deadline = self.deadline if deadline is None else deadline
         parsed = parse_rows(rows, self.mapping)
+        touched: dict[str, _Submission] = {}
         with self._lock:
-            submissions: list[_Submission] = []
             for row in parsed:
                 owner = self._owner.get((row.group_id, row.trajectory_id))
                 if owner is None:
@@ -283,24 +440,30 @@ class BatchGrader:
                         f"row {row.index}: trajectory {row.trajectory_id!r} of group {row.group_id!r} was "
                         "never submitted, or its weights were already collected"
                     )
-                if owner not in submissions:
-                    submissions.append(owner)
-            for submission in submissions:
-                for g in submission.groups:
-                    for key in g.keys:
-                        self._owner.pop(key, None)
-        futures = [f for s in submissions for f in (*s.futures.values(), *s.checks.values())]
+                touched[row.group_id] = owner
+            for row in parsed:
+                del self._owner[(row.group_id, row.trajectory_id)]
+        futures = [
+            future
+            for gid, s in touched.items()
+            if gid not in s.settled
+            for future in (s.futures.get(gid), s.checks.get(gid))
+            if future is not None
+        ]
         remaining = None if deadline is None else max(0.0, deadline - (time.monotonic() - start))
         wait_futures(futures, timeout=remaining)
         waited = time.monotonic() - start
-        for submission in submissions:
-            submission.stop.set()
-            for future in (*submission.futures.values(), *submission.checks.values()):
-                future.cancel()  # queued gradings never start; running ones finish and are discarded
-        return self._assemble(parsed, submissions, waited, deadline)
+        for gid, submission in touched.items():
+            with self._lock:  # two calls collecting rows of one group settle it once
+                settled = gid in submission.settled
+                if not settled:
+                    submission.settled[gid] = _settle(submission, gid)
+            if not settled:
+                self._abandon(submission, [gid])  # late ones are cut off, finished ones cost nothing
+        return self._assemble(parsed, touched, waited, deadline)
 
     def _assemble(
-        self, parsed: list[Any], submissions: list[_Submission], waited: float, deadline: float | None
+        self, parsed: list[Any], touched: dict[str, _Submission], waited: float, deadline: float | None
     ) -> StepWeights:
         groups: dict[str, RowGroup] = {}
         results: dict[str, GroupResult] = {}
@@ -308,19 +471,21 @@ class BatchGrader:
         checks: dict[str, GroupResult] = {}
         flagged: dict[str, dict[str, list[str]]] = {}
         latencies: list[float] = []
-        for s in submissions:
-            flagged.update(s.flagged)
-            for g in s.groups:
-                groups[g.group_id] = g
-            for gid, future in s.futures.items():
-                if future.done() and not future.cancelled():
-                    results[gid] = future.result()
-                    latencies.append(s.done_at.get(gid, time.monotonic()) - s.submitted)
-                else:
-                    late.add(gid)
-            for gid, future in s.checks.items():
-                if future.done() and not future.cancelled():
-                    checks[gid] = future.result()
+        for gid, s in touched.items():
+            groups[gid] = next(g for g in s.groups if g.group_id == gid)
+            if gid in s.flagged:
+                flagged[gid] = s.flagged[gid]
+            if gid not in s.futures:
+                continue
+            result, check, latency = s.settled[gid]
+            if result is None:
+                late.add(gid)
+                continue
+            results[gid] = result
+            if latency is not None:
+                latencies.append(latency)
+            if check is not None:
+                checks[gid] = check
         problems = {g.group_id: g.problem for g in group_rows(parsed) if g.problem}
         group_reasons: dict[str, str] = {}
         group_weights: dict[str, dict[str, float]] = {}
@@ -464,24 +629,34 @@ class BatchGrader:
     def discard_pending(self) -> int:
         """Forget every submission not yet collected (groups the trainer dropped, e.g. by a filter).
 
-        Queued gradings are cancelled, running ones finish and are discarded; their rows may be submitted
-        again.
+        Queued gradings are cancelled, running ones are cut off (their slots freed, their results dropped);
+        their rows may be submitted again.
 
         Returns:
             how many groups were discarded.
         """
         with self._lock:
-            pending = {id(s): s for s in self._owner.values()}
+            pending: dict[int, tuple[_Submission, set[str]]] = {}
+            for (gid, _), submission in self._owner.items():
+                pending.setdefault(id(submission), (submission, set()))[1].add(gid)
             self._owner.clear()
-        for submission in pending.values():
-            submission.stop.set()
-            for future in (*submission.futures.values(), *submission.checks.values()):
-                future.cancel()
-        return sum(len(s.groups) for s in pending.values())
+        for submission, group_ids in pending.values():
+            self._abandon(submission, sorted(group_ids))
+        return sum(len(group_ids) for _, group_ids in pending.values())
 
-    def close(self) -> None:
-        """Stop the worker threads (running gradings finish first); the Ray grader is left to its owner."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, timeout: float = CLOSE_WAIT) -> None:
+        """Stop grading: queued gradings are cancelled, running ones get at most `timeout` seconds to end.
+
+        Returns within `timeout` (plus a few milliseconds) whatever the graders do: a grading still running
+        then is left behind on its daemon thread, its result dropped. Rows still pending stay collectable
+        (their unfinished groups are late). The Ray grader is left to its owner. Calling it again is harmless.
+
+        Args:
+            timeout: seconds to wait for running gradings (default `CLOSE_WAIT`).
+        """
+        running = self._workers.close()
+        if running:
+            wait_futures(running, timeout=max(0.0, timeout))
 
 
 def _is_mixed(group: Group) -> bool:
@@ -502,13 +677,36 @@ def _resolve(future: Future[GroupResult], result: GroupResult) -> None:
             future.set_result(result)
 
 
-def _grade_safely(group: Group, grader: Grader | None, options: GradingOptions) -> GroupResult:
-    assert grader is not None
-    try:
-        return grade_group_sync(group, grader, options)
-    except Exception as exc:  # grade_group_sync catches group errors; anything left must not kill the step
-        reason = f"group {group.group_id!r}: {type(exc).__name__}: {exc}"
-        return passthrough(group, grader.name, reason, Outcome.INTERNAL_ERROR)
+def _scan(group: Group, cap: int) -> dict[str, list[str]]:
+    """The guard's scan of a group's passing patches: trajectory id -> lines addressing the grader.
+
+    A patch over the size cap is not read (the workspace declines it anyway): the scan's work is bounded
+    by the cap, whatever a row holds.
+    """
+    return {
+        t.id: hits
+        for t in group.trajectories
+        if t.passed and len(t.patch) <= cap and (hits := find_injections(t.patch))
+    }
+
+
+def _settle(
+    submission: _Submission, group_id: str
+) -> tuple[GroupResult | None, GroupResult | None, float | None]:
+    """(result or None when late, self-check result or None, latency) of a group, as things stand now."""
+
+    def outcome(future: Future[GroupResult] | None) -> GroupResult | None:
+        if future is None or not future.done() or future.cancelled():
+            return None
+        try:
+            return future.result()
+        except BaseException:  # noqa: BLE001 - cannot happen (the job catches all); never the trainer's
+            return None
+
+    result = outcome(submission.futures.get(group_id))
+    done = submission.done_at.get(group_id)
+    latency = None if result is None or done is None else done - submission.submitted
+    return result, outcome(submission.checks.get(group_id)), latency
 
 
 def _flag_share(groups: dict[str, RowGroup], flagged: dict[str, dict[str, list[str]]]) -> float | None:

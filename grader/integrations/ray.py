@@ -17,7 +17,7 @@ from grader.formats import LoadError
 from grader.graders.base import Grader, get_grader
 from grader.models import Group, GroupResult
 from grader.outcomes import Outcome
-from grader.pipeline import GradingOptions, grade_group_sync, passthrough
+from grader.pipeline import GradingOptions, grade_group_contained, passthrough
 
 try:
     import ray
@@ -37,9 +37,9 @@ class _GradingActor:
         self.options = options
 
     def grade(self, group_data: dict[str, Any]) -> dict[str, Any]:
-        return grade_group_sync(Group.model_validate(group_data), self.grader, self.options).model_dump(
-            mode="json"
-        )
+        # Anything the grader raises (SystemExit included) fails the group, never the actor.
+        group = Group.model_validate(group_data)
+        return grade_group_contained(group, self.grader, self.options).model_dump(mode="json")
 
     def ping(self) -> bool:
         return True

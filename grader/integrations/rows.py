@@ -14,6 +14,7 @@ function of the row. :func:`parse_rows` reads every row once:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -188,7 +189,7 @@ def _length(value: Any, row: int, where: str) -> int | None:
         number = float(value)
     except (TypeError, ValueError):
         number = float("nan")
-    if not (number >= 0 and number == int(number)):
+    if not (math.isfinite(number) and number >= 0 and number == int(number)):  # int(inf) would raise
         raise RowError(f"row {row}: response_length ({where}) is {value!r}, not a count of tokens")
     return int(number)
 
@@ -228,8 +229,9 @@ def parse_rows(rows: Sequence[Any], mapping: RowMapping) -> list[ParsedRow]:
         one `ParsedRow` per row, in the same order; a row whose patch or task cannot be read carries the
         reason in `problem` instead of raising.
     Raises:
-        RowError: a group id, trajectory id, pass flag or response length is missing or malformed, or two
-            rows share a group and trajectory id; the message names the row(s) and the field.
+        RowError: a group id, trajectory id, pass flag or response length is missing or malformed (a
+            length that is not a finite count of tokens), reading the row raised (a property, a `__str__`),
+            or two rows share a group and trajectory id; the message names the row(s) and the field.
     """
     parsed: list[ParsedRow] = []
     seen: dict[tuple[str, str], int] = {}
@@ -253,11 +255,13 @@ def parse_rows(rows: Sequence[Any], mapping: RowMapping) -> list[ParsedRow]:
                     problem = f"row {index}: no patch ({mapping.where('patch')} is missing)"
             elif not isinstance(patch, str):
                 problem, patch = f"row {index}: patch is a {type(patch).__name__}, not text", None
+            task, task_problem = _task(mapping, row, index)
         except RowError as exc:
             if str(exc).startswith("row "):
                 raise
             raise RowError(f"row {index}: {exc}") from exc
-        task, task_problem = _task(mapping, row, index)
+        except Exception as exc:  # the row's own code (a property, __str__) failed: name the row, not a trace
+            raise RowError(f"row {index}: cannot be read: {type(exc).__name__}: {exc}") from exc
         key = (ids["group_id"], ids["trajectory_id"])
         if key in seen:
             raise RowError(
@@ -271,8 +275,8 @@ def parse_rows(rows: Sequence[Any], mapping: RowMapping) -> list[ParsedRow]:
 def group_rows(parsed: Sequence[ParsedRow]) -> list[RowGroup]:
     """Gather parsed rows into groups (first appearance order) and build each gradable group.
 
-    A group is left unbuilt, with the reason, when one of its rows has a problem or its rows disagree on
-    the task. Each trajectory keeps its row's response length, and ``metadata["row"]`` its row index.
+    A group is left unbuilt, with the reason, when one of its rows has a problem, its rows disagree on
+    the task, or its ids are not text (a lone surrogate). Each trajectory keeps its row's response length, and ``metadata["row"]`` its row index.
 
     Args:
         parsed: rows from `parse_rows`.
@@ -295,16 +299,24 @@ def group_rows(parsed: Sequence[ParsedRow]) -> list[RowGroup]:
             reason = f"rows {members[0].index} and {other.index} of group {group_id!r} disagree on the task"
             out.append(RowGroup(group_id, members, None, reason, keys))
             continue
-        trajectories = [
-            Trajectory(
-                id=r.trajectory_id,
-                patch=r.patch or "",
-                passed=r.passed,
-                response_length=r.response_length,
-                metadata={"row": r.index, "response_length": r.response_length},
-            )
-            for r in members
-        ]
-        group = complete_group(Group(group_id=group_id, task=task, trajectories=trajectories))
+        try:
+            trajectories = [
+                Trajectory(
+                    id=r.trajectory_id,
+                    patch=r.patch or "",
+                    passed=r.passed,
+                    response_length=r.response_length,
+                    metadata={"row": r.index, "response_length": r.response_length},
+                )
+                for r in members
+            ]
+            group = complete_group(Group(group_id=group_id, task=task, trajectories=trajectories))
+        except ValidationError as exc:  # an id that is not text (a lone surrogate): this group only
+            first = exc.errors()[0]
+            place = ".".join(str(p) for p in first["loc"])
+            rows = ", ".join(str(r.index) for r in members)
+            reason = f"rows {rows} of group {group_id!r} do not make a group: {place}: {first['msg']}"
+            out.append(RowGroup(group_id, members, None, reason, keys))
+            continue
         out.append(RowGroup(group_id, members, group, None, keys))
     return out
