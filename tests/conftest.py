@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,10 +11,13 @@ from typing import Any
 
 import pytest
 
+from grader.errors import ImageBuildError
 from grader.gitcmd import git_identity, safe_env
 from grader.graders.llm import LLMGrader
 from grader.mirrors import MirrorCache
 from grader.models import Group, Task, Trajectory, complete_group
+from grader.sandbox.interpreters import Interpreter
+from tests.progress import build_progress
 
 # The real llama.cpp server, one per session (its fixture builds or reuses it, or skips with the reason).
 pytest_plugins = ["tests.llama_support"]
@@ -73,6 +77,58 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     cache = tmp_path_factory.getbasetemp() / "gagar-cache"
     monkeypatch.setenv("GAGAR_CACHE", str(cache))
     return cache
+
+
+def _skip_without_engine() -> None:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means: no engine to build on
+        pytest.skip(f"no Docker engine reachable: {exc}")
+
+
+def _skip_without_debootstrap(exc: ImageBuildError) -> None:
+    """Skip naming the Debian package when debootstrap is what the build lacked; otherwise let it fail."""
+    if shutil.which("debootstrap") is None:
+        pytest.skip(f"cannot build the sandbox images offline: {exc}")
+
+
+@pytest.fixture(scope="session")
+def sandbox_images(request: pytest.FixtureRequest) -> None:
+    """The sandbox images `gagar/python` and `gagar/minimal`, built on first use as `gagar images build
+    --offline` builds them (debootstrapped from the Debian mirror: no registry), with progress on the
+    terminal; a no-op when they are up to date.
+
+    Skips naming the cause when no engine answers or `debootstrap` is not installed (the Debian package is
+    named; tests never install system packages); any other build failure is an error."""
+    from grader.sandbox.images import build_images
+
+    _skip_without_engine()
+    what = "the sandbox images gagar/python and gagar/minimal"
+    with build_progress(request.config, what, "about 3.5 min: debootstrap from the Debian mirror"):
+        try:
+            build_images(offline=True, install_debootstrap=False)
+        except ImageBuildError as exc:
+            _skip_without_debootstrap(exc)
+            raise
+
+
+@pytest.fixture(scope="session")
+def interpreter_image(request: pytest.FixtureRequest) -> str:
+    """The tag of the Python 3.9 interpreter image (Debian bullseye) that the tests' environment layers build
+    on, debootstrapped on first use with progress on the terminal. Skips as `sandbox_images` does."""
+    from grader.sandbox.images import build_interpreter_image, interpreter_tag
+
+    _skip_without_engine()
+    interpreter = Interpreter("3.9", "bullseye")
+    what = f"the interpreter image {interpreter_tag(interpreter)}"
+    with build_progress(request.config, what, "about 3 min: debootstrap from the Debian mirror"):
+        try:
+            return build_interpreter_image(interpreter, install_debootstrap=False).tag
+        except ImageBuildError as exc:
+            _skip_without_debootstrap(exc)
+            raise
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from grader.sandbox.environments import (
 from tests.conftest import llm_grader
 from tests.conftest_sandbox import docker_marks, make_repo
 
-pytestmark = docker_marks()
+pytestmark = [*docker_marks(), pytest.mark.usefixtures("sandbox_images", "interpreter_image")]
 
 SMALL = EnvironmentSpec(
     repository="gagar-tests/small",
