@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +80,45 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     cache = tmp_path_factory.getbasetemp() / "gagar-cache"
     monkeypatch.setenv("GAGAR_CACHE", str(cache))
     return cache
+
+
+@pytest.fixture(scope="session", autouse=True)
+def leaves_no_containers() -> Iterator[None]:
+    """Fails the session (an error at its last teardown) when it leaves containers labelled as gagar's.
+
+    Counted: containers made while the session ran that carry gagar's labels and are not in use, i.e. a
+    sandbox (`gagar.sandbox`) this process still owns or whose owner is gone, and a stopped container of a
+    build step (it carries its base image's `gagar.content-hash`: the engine keeps a failed step's container
+    unless told to remove it). On an engine other sessions share, leftovers they make meanwhile count too."""
+    started = time.time() - 1.0
+    yield
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception:  # noqa: BLE001 - no engine: nothing can have been left on it
+        return
+    from grader.sandbox.images import HASH_LABEL
+    from grader.sandbox.leftovers import LABEL, LABEL_PID, owner_alive
+
+    def made_meanwhile(attrs: dict[str, Any]) -> bool:
+        created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+        return created.timestamp() >= started
+
+    left = []
+    for container in client.containers.list(all=True, sparse=False):
+        labels = container.attrs["Config"].get("Labels") or {}
+        if not made_meanwhile(container.attrs):
+            continue
+        if LABEL in labels:
+            mine = labels.get(LABEL_PID) == str(os.getpid())
+            if mine or not owner_alive(labels):
+                left.append(f"{container.name} (sandbox, {container.status})")
+        elif HASH_LABEL in labels and container.status != "running":
+            command = " ".join(container.attrs["Config"].get("Cmd") or [])[:120]
+            left.append(f"{container.name} (build step {command!r}, {container.status})")
+    assert not left, f"the test session left {len(left)} gagar containers: {'; '.join(left)}"
 
 
 def _skip_without_engine() -> None:
