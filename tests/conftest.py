@@ -106,19 +106,26 @@ def leaves_no_containers() -> Iterator[None]:
         created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
         return created.timestamp() >= started
 
-    left = []
-    for container in client.containers.list(all=True, sparse=False):
-        labels = container.attrs["Config"].get("Labels") or {}
-        if not made_meanwhile(container.attrs):
-            continue
-        if LABEL in labels:
-            mine = labels.get(LABEL_PID) == str(os.getpid())
-            if mine or not owner_alive(labels):
-                left.append(f"{container.name} (sandbox, {container.status})")
-        elif HASH_LABEL in labels and container.status != "running":
-            command = " ".join(container.attrs["Config"].get("Cmd") or [])[:120]
-            left.append(f"{container.name} (build step {command!r}, {container.status})")
-    assert not left, f"the test session left {len(left)} gagar containers: {'; '.join(left)}"
+    def leftovers() -> dict[str, str]:
+        left = {}
+        for container in client.containers.list(all=True, sparse=False):
+            labels = container.attrs["Config"].get("Labels") or {}
+            if not made_meanwhile(container.attrs):
+                continue
+            if LABEL in labels:
+                if labels.get(LABEL_PID) == str(os.getpid()) or not owner_alive(labels):
+                    left[container.id] = f"{container.name} (sandbox, {container.status})"
+            # A build in progress (another session's) has a running or just-created step container.
+            elif HASH_LABEL in labels and container.status in ("exited", "dead"):
+                command = " ".join(container.attrs["Config"].get("Cmd") or [])[:120]
+                left[container.id] = f"{container.name} (build step {command!r}, {container.status})"
+        return left
+
+    left = leftovers()
+    if left:  # a container being removed right now is not left behind: look again
+        time.sleep(3)
+        left = {key: text for key, text in leftovers().items() if key in left}
+    assert not left, f"the test session left {len(left)} gagar containers: {'; '.join(left.values())}"
 
 
 def _skip_without_engine() -> None:
