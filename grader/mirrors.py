@@ -24,7 +24,8 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "gagar" / "mirrors"
 
 
-def _is_url(repo: str) -> bool:
+def is_url(repo: str) -> bool:
+    """Whether `repo` (as in `Task.repo`) is a remote URL rather than a local path or bundle."""
     return "://" in repo or repo.startswith("git@")
 
 
@@ -36,30 +37,45 @@ class MirrorCache:
         self._known: set[tuple[Path, str]] = set()  # (mirror, commit) pairs already checked in this process
 
     def path_for(self, repo: str) -> Path:
-        location = repo if _is_url(repo) else str(Path(repo).resolve())
+        location = repo if is_url(repo) else str(Path(repo).resolve())
         name = Path(location.rstrip("/")).name.removesuffix(".git").removesuffix(".bundle") or "repo"
         digest = hashlib.sha256(location.encode()).hexdigest()[:16]
         return self.root / f"{name}-{digest}.git"
 
-    def lookup(self, repo: str, commit: str) -> bool | None:
-        """Whether `commit` is in the mirror of `repo` already on this machine, without cloning or fetching.
+    def local_has_commit(self, repo: str, commit: str) -> bool:
+        """Whether the local repository `repo` has `commit`, asked of the repository itself (no network).
+
+        A directory is asked in place (`git cat-file`, no clone), so the answer depends on no mirror;
+        a bundle, which git cannot read in place, through its mirror (cloned or fetched from the bundle).
 
         Args:
-            repo: The repository's location (URL or local path), as in `Task.repo`.
-            commit: The commit to look up.
+            repo: A local path to a repository (bare or not) or to a bundle file, as in `Task.repo`.
+            commit: The commit to look for.
 
         Returns:
-            True or False from the mirror, or None when `repo` has no mirror yet (nothing was checked).
+            True when the repository has the commit, False when it does not.
+
+        Raises:
+            ValueError: `repo` is a URL.
+            FileNotFoundError: `repo` does not exist.
+            GitError: `repo` is neither a git repository nor a bundle.
         """
-        path = self.path_for(repo)
-        if (path, commit) in self._known:
-            return True
+        if is_url(repo):
+            raise ValueError(f"{repo!r} is a URL, not a local repository")
+        path = Path(repo)
         if not path.exists():
-            return None
-        if not has_commit(path, commit):
-            return False
-        self._known.add((path, commit))
-        return True
+            raise FileNotFoundError(f"repository {repo!r} does not exist")
+        if path.is_file():
+            try:
+                self.mirror(repo, commit)
+            except LookupError:
+                return False
+            return True
+        # Only `path` itself may be the repository: a folder inside another repository is not that one.
+        ceiling = {"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}
+        git(["rev-parse", "--git-dir"], cwd=path, env=ceiling)  # GitError: not a repository
+        found = git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=path, env=ceiling, check=False)
+        return found.returncode == 0
 
     def mirror(self, repo: str, commit: str) -> Path:
         """Return a mirror of `repo` that contains `commit`, cloning or fetching as needed.
@@ -67,7 +83,7 @@ class MirrorCache:
         Raises FileNotFoundError for a local repository that does not exist, GitError when cloning or fetching
         fails, and LookupError when the commit is not in the repository even after a fetch.
         """
-        if not _is_url(repo) and not Path(repo).exists():
+        if not is_url(repo) and not Path(repo).exists():
             raise FileNotFoundError(f"repository {repo!r} does not exist")
         path = self.path_for(repo)
         if (path, commit) in self._known:  # objects are never removed from a mirror: once there, always there
@@ -85,9 +101,14 @@ class MirrorCache:
             if not has_commit(path, commit):
                 git(["fetch", "--quiet", "--prune", "origin", "+refs/*:refs/*"], git_dir=path, check=False)
             if not has_commit(path, commit):
-                raise LookupError(f"base commit {commit!r} is not in repository {repo!r}")
+                raise LookupError(base_missing_reason(repo, commit))
         self._known.add((path, commit))
         return path
+
+
+def base_missing_reason(repo: str, commit: str) -> str:
+    """How a missing base commit is worded, the same wherever it is found missing."""
+    return f"base commit {commit!r} is not in repository {repo!r}"
 
 
 def has_commit(git_dir: Path, commit: str) -> bool:

@@ -23,8 +23,9 @@ from grader.atomic import write_lines_atomic
 from grader.concurrency import Concurrency, default_resources
 from grader.errors import BaseCommitMissing, GradingFailed, InvalidRanking, WorkspaceError
 from grader.formats import LoadError
+from grader.gitcmd import GitError
 from grader.graders.base import Grade, Grader
-from grader.mirrors import MirrorCache, shared_cache
+from grader.mirrors import MirrorCache, base_missing_reason, is_url, shared_cache
 from grader.models import Group, GroupResult, TrajectoryReport
 from grader.outcomes import Outcome, RedistributionOutcome
 from grader.ranking import validate_ranking
@@ -199,20 +200,24 @@ def grade_group_sync(
 def _check_base_of_skipped(
     group: Group, skip: tuple[Outcome, str], mirrors: MirrorCache
 ) -> tuple[Outcome, str]:
-    """A skipped group's base commit, looked up where its repository is already mirrored (no clone, no fetch).
+    """A skipped group's base commit, checked in its local repository as a graded group's would be.
 
-    A missing base is a broken group whatever sampling thinks of it, so it fails naming the commit; where
-    nothing is mirrored the skip stands, saying that the base was not checked.
+    A missing base is a broken group whatever sampling thinks of it, so it fails as a graded group would, with
+    the same reason. The answer comes from the repository itself, never from which mirrors happen to exist,
+    so it does not depend on the batch's order, earlier runs or the process. A URL is not fetched for a
+    group sampling skips: the skip stands, saying that the base was not checked.
     """
-    commit = group.task.base_commit
-    found = mirrors.lookup(group.task.repo, commit)
-    if found is None:
-        return skip[0], f"{skip[1]} (base commit not checked: repository {group.task.repo!r} is not mirrored)"
+    repo, commit = group.task.repo, group.task.base_commit
+    if is_url(repo):
+        return skip[
+            0
+        ], f"{skip[1]} (base commit not checked: {repo!r} is a URL, fetched for graded groups only)"
+    try:
+        found = mirrors.local_has_commit(repo, commit)
+    except (FileNotFoundError, GitError) as exc:
+        return Outcome.WORKSPACE, f"group {group.group_id!r}: {exc}"
     if not found:
-        return Outcome.BASE_MISSING, (
-            f"group {group.group_id!r}: base commit {commit!r} is not in the mirror of {group.task.repo!r} "
-            f"(not fetched, since sampling would skip the group: {skip[1]})"
-        )
+        return Outcome.BASE_MISSING, f"group {group.group_id!r}: {base_missing_reason(repo, commit)}"
     return skip
 
 

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from grader.errors import ImageBuildError
 from grader.gitcmd import git_identity, safe_env
 from grader.graders.llm import LLMGrader
 from grader.mirrors import MirrorCache
 from grader.models import Group, Task, Trajectory, complete_group
+from grader.sandbox.interpreters import Interpreter
+from tests.progress import build_progress
 
 # The real llama.cpp server, one per session (its fixture builds or reuses it, or skips with the reason).
 pytest_plugins = ["tests.llama_support"]
@@ -73,6 +80,104 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     cache = tmp_path_factory.getbasetemp() / "gagar-cache"
     monkeypatch.setenv("GAGAR_CACHE", str(cache))
     return cache
+
+
+@pytest.fixture(scope="session", autouse=True)
+def leaves_no_containers() -> Iterator[None]:
+    """Fails the session (an error at its last teardown) when it leaves containers labelled as gagar's.
+
+    Counted: containers made while the session ran that carry gagar's labels and are not in use, i.e. a
+    sandbox (`gagar.sandbox`) this process still owns or whose owner is gone, and a stopped container of a
+    build step (it carries its base image's `gagar.content-hash`: the engine keeps a failed step's container
+    unless told to remove it). On an engine other sessions share, leftovers they make meanwhile count too."""
+    started = time.time() - 1.0
+    yield
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception:  # noqa: BLE001 - no engine: nothing can have been left on it
+        return
+    from grader.sandbox.images import HASH_LABEL
+    from grader.sandbox.leftovers import LABEL, LABEL_PID, owner_alive
+
+    def made_meanwhile(attrs: dict[str, Any]) -> bool:
+        created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+        return created.timestamp() >= started
+
+    def leftovers() -> dict[str, str]:
+        left = {}
+        for container in client.containers.list(all=True, sparse=False):
+            labels = container.attrs["Config"].get("Labels") or {}
+            if not made_meanwhile(container.attrs):
+                continue
+            if LABEL in labels:
+                if labels.get(LABEL_PID) == str(os.getpid()) or not owner_alive(labels):
+                    left[container.id] = f"{container.name} (sandbox, {container.status})"
+            # A build in progress (another session's) has a running or just-created step container.
+            elif HASH_LABEL in labels and container.status in ("exited", "dead"):
+                command = " ".join(container.attrs["Config"].get("Cmd") or [])[:120]
+                left[container.id] = f"{container.name} (build step {command!r}, {container.status})"
+        return left
+
+    left = leftovers()
+    if left:  # a container being removed right now is not left behind: look again
+        time.sleep(3)
+        left = {key: text for key, text in leftovers().items() if key in left}
+    assert not left, f"the test session left {len(left)} gagar containers: {'; '.join(left.values())}"
+
+
+def _skip_without_engine() -> None:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means: no engine to build on
+        pytest.skip(f"no Docker engine reachable: {exc}")
+
+
+def _skip_without_debootstrap(exc: ImageBuildError) -> None:
+    """Skip naming the Debian package when debootstrap is what the build lacked; otherwise let it fail."""
+    if shutil.which("debootstrap") is None:
+        pytest.skip(f"cannot build the sandbox images offline: {exc}")
+
+
+@pytest.fixture(scope="session")
+def sandbox_images(request: pytest.FixtureRequest) -> None:
+    """The sandbox images `gagar/python` and `gagar/minimal`, built on first use as `gagar images build
+    --offline` builds them (debootstrapped from the Debian mirror: no registry), with progress on the
+    terminal; a no-op when they are up to date.
+
+    Skips naming the cause when no engine answers or `debootstrap` is not installed (the Debian package is
+    named; tests never install system packages); any other build failure is an error."""
+    from grader.sandbox.images import build_images
+
+    _skip_without_engine()
+    what = "the sandbox images gagar/python and gagar/minimal"
+    with build_progress(request.config, what, "about 3.5 min: debootstrap from the Debian mirror"):
+        try:
+            build_images(offline=True, install_debootstrap=False)
+        except ImageBuildError as exc:
+            _skip_without_debootstrap(exc)
+            raise
+
+
+@pytest.fixture(scope="session")
+def interpreter_image(request: pytest.FixtureRequest) -> str:
+    """The tag of the Python 3.9 interpreter image (Debian bullseye) that the tests' environment layers build
+    on, debootstrapped on first use with progress on the terminal. Skips as `sandbox_images` does."""
+    from grader.sandbox.images import build_interpreter_image, interpreter_tag
+
+    _skip_without_engine()
+    interpreter = Interpreter("3.9", "bullseye")
+    what = f"the interpreter image {interpreter_tag(interpreter)}"
+    with build_progress(request.config, what, "about 3 min: debootstrap from the Debian mirror"):
+        try:
+            return build_interpreter_image(interpreter, install_debootstrap=False).tag
+        except ImageBuildError as exc:
+            _skip_without_debootstrap(exc)
+            raise
 
 
 @pytest.fixture

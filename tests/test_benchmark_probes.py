@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from grader.evaluation import cli
 from grader.evaluation.benchmark import load_benchmark
 from grader.evaluation.probes import STARTED, ProbeResult, run_probes
@@ -14,7 +16,7 @@ from grader.sandbox.base import ExecResult
 from tests.conftest import REPO_ROOT
 from tests.conftest_sandbox import docker_marks
 
-pytestmark = docker_marks()
+pytestmark = [*docker_marks(), pytest.mark.usefixtures("sandbox_images")]
 TINY = REPO_ROOT / "examples" / "benchmark-tiny"
 
 

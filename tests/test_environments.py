@@ -7,6 +7,7 @@ their tags between runs, so only the first run pays for the builds.
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from grader.sandbox.environments import (
 from tests.conftest import llm_grader
 from tests.conftest_sandbox import docker_marks, make_repo
 
-pytestmark = docker_marks()
+pytestmark = [*docker_marks(), pytest.mark.usefixtures("sandbox_images", "interpreter_image")]
 
 SMALL = EnvironmentSpec(
     repository="gagar-tests/small",
@@ -92,6 +93,25 @@ def test_build_past_its_time_limit_fails_and_leaves_no_tag() -> None:
     with pytest.raises(EnvironmentBuildError, match="longer than 20 s"):
         build_environment(spec, timeout=20, force=True)
     assert {t for t in _tags() if "gagar-tests__hang" in t} == set()
+
+
+def _containers_mentioning(token: str) -> list[str]:
+    """Containers, in any state, whose command mentions `token` (a failed build step leaves its own)."""
+    import docker
+
+    found = docker.from_env().containers.list(all=True, sparse=False)
+    command = {c.short_id: " ".join(c.attrs["Config"].get("Cmd") or []) for c in found}
+    return [cid for cid, text in command.items() if token in text]
+
+
+def test_a_failed_build_leaves_no_container() -> None:
+    """The engine keeps the container of a failed build step unless told otherwise; a unique token in the
+    step tells this test's containers from those of anything else on the engine."""
+    token = f"gagar-failing-step-{uuid.uuid4().hex}"
+    spec = _spec(f"fails-{token[-8:]}", build_commands=(f"echo {token}; exit 3",))
+    with pytest.raises(EnvironmentBuildError, match="non-zero code: 3"):
+        build_environment(spec, retry=True)
+    assert _containers_mentioning(token) == []
 
 
 def test_unknown_interpreter_is_refused_before_any_build() -> None:

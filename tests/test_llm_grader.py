@@ -343,11 +343,7 @@ def _containers_of_this_process() -> set[str]:
 
 @pytest.mark.docker
 @pytest.mark.skipif(_docker_reason() is not None, reason=str(_docker_reason()))
-def test_differential_runs_through_the_docker_sandbox(tmp_path: Path) -> None:
-    from grader.sandbox.images import build_images
-
-    build_images()  # a no-op once the images exist
-
+def test_differential_runs_through_the_docker_sandbox(tmp_path: Path, sandbox_images: None) -> None:
     def policy(request, n):
         labels = labels_in(request)
         step = assistant_turns(request)

@@ -227,22 +227,22 @@ def test_load_errors_become_failed_results(tmp_path: Path) -> None:
 
 
 def test_a_missing_base_is_not_hidden_behind_sampling(repo: RepoFactory, mirrors: MirrorCache) -> None:
-    """A single-passing group (which sampling skips) with a base that does not exist fails naming the commit
-    where the repository is mirrored, and says the base was not checked where it is not."""
+    """A single-passing group (which sampling skips) whose base is not in its local repository fails naming
+    the commit, with the reason a graded group gets, whether or not the repository is mirrored; the lookup
+    clones nothing. For a URL the skip stands, saying the base was not checked."""
     missing = "0" * 40
     single = repo.group({"a": (repo.patch(FIX), True), "f": ("", False)}, group_id="single")
     broken = single.model_copy(update={"task": single.task.model_copy(update={"base_commit": missing})})
     options = GradingOptions(mirrors=mirrors)
 
-    unchecked = grade_group_sync(broken, HeuristicGrader(), options)
-    assert unchecked.status == "skipped" and "base commit not checked" in unchecked.reason
-    assert not mirrors.path_for(single.task.repo).exists()  # the lookup neither cloned nor fetched
+    unmirrored = grade_group_sync(broken, HeuristicGrader(), options)
+    assert unmirrored.status == "failed" and unmirrored.outcome == Outcome.BASE_MISSING
+    assert missing in unmirrored.reason and "'single'" in unmirrored.reason
+    assert unmirrored.advantages_after == unmirrored.advantages_before
+    assert not mirrors.path_for(single.task.repo).exists()  # asked of the repository: no clone
 
     mirrors.mirror(single.task.repo, repo.base)  # now the repository is mirrored (at its real base)
-    failed = grade_group_sync(broken, HeuristicGrader(), options)
-    assert failed.status == "failed" and failed.outcome == Outcome.BASE_MISSING
-    assert missing in failed.reason and "'single'" in failed.reason
-    assert failed.advantages_after == failed.advantages_before
+    assert grade_group_sync(broken, HeuristicGrader(), options).reason == unmirrored.reason
 
     fine = grade_group_sync(single, HeuristicGrader(), options)
     assert (
@@ -251,7 +251,30 @@ def test_a_missing_base_is_not_hidden_behind_sampling(repo: RepoFactory, mirrors
 
     graded = repo.group({"a": (repo.patch(FIX), True), "b": (repo.patch(FIX), True), "f": ("", False)})
     graded = graded.model_copy(update={"task": graded.task.model_copy(update={"base_commit": missing})})
-    assert grade_group_sync(graded, HeuristicGrader(), options).outcome == Outcome.BASE_MISSING
+    failed = grade_group_sync(graded, HeuristicGrader(), options)
+    assert failed.outcome == Outcome.BASE_MISSING
+    assert failed.reason == unmirrored.reason.replace("'single'", "'g1'")
+
+    url = broken.model_copy(update={"task": broken.task.model_copy(update={"repo": "https://git.invalid/x"})})
+    unchecked = grade_group_sync(url, HeuristicGrader(), options)
+    assert unchecked.status == "skipped" and unchecked.outcome == Outcome.SINGLE_PASSING
+    assert unchecked.reason.endswith(
+        "(base commit not checked: 'https://git.invalid/x' is a URL, fetched for graded groups only)"
+    )
+
+
+def test_a_skipped_groups_repository_that_is_not_one_fails_the_group(
+    tmp_path: Path, repo: RepoFactory
+) -> None:
+    """A path that does not exist, or a folder inside a repository that is not one itself: the group fails as
+    a graded group would (`workspace`), naming the cause."""
+    single = repo.group({"a": (repo.patch(FIX), True), "f": ("", False)}, group_id="single")
+    inside = repo.path / "pkg"
+    for location, cause in ((tmp_path / "nowhere", "does not exist"), (inside, "not a git repository")):
+        task = single.task.model_copy(update={"repo": str(location)})
+        result = grade_group_sync(single.model_copy(update={"task": task}), HeuristicGrader())
+        assert result.status == "failed" and result.outcome == Outcome.WORKSPACE, result.reason
+        assert cause in result.reason and "'single'" in result.reason
 
 
 def test_what_a_tolerant_apply_tolerated_is_in_the_trajectorys_record(repo: RepoFactory) -> None:

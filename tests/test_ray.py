@@ -12,7 +12,7 @@ import pytest
 
 from grader.formats import LoadError, load_group_file
 from grader.graders.heuristic import HeuristicGrader
-from grader.models import Group
+from grader.models import Group, GroupResult
 from tests.conftest import EXAMPLE_GROUP, run_gagar
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gagar[ray]')")
@@ -128,3 +128,45 @@ def test_batch_grader_through_ray_a_dead_actor_costs_its_group_only() -> None:
     weights = {(r["group_id"], r["trajectory_id"]): w for r, w in zip(rows, step.weights, strict=True)}
     assert weights[("a", "edits-tests")] < 1.0 == weights[("b", "edits-tests")] == weights[("slow", "clean")]
     remote.shutdown()
+
+
+def test_results_do_not_depend_on_order_cache_or_ray(make_repo, tmp_path: Path) -> None:
+    """A batch with single-passing groups whose base is missing from a local repository (a directory and a
+    bundle), next to graded groups of the same repositories: in-process (a cold then a warm mirror cache)
+    and on Ray, in both orders, every result is the same bytes (but for the time it took)."""
+    from grader.mirrors import MirrorCache
+    from grader.outcomes import Outcome
+    from grader.pipeline import GradingOptions, grade_groups
+    from tests.conftest import BASE_FILES, FIX, run_git
+
+    folder = make_repo(BASE_FILES)
+    bundle = tmp_path / "repo.bundle"
+    run_git(folder.path, "bundle", "create", str(bundle), "--all")
+    missing = "0" * 40
+    fix, nothing = (folder.patch(FIX), True), ("", False)
+    batch: list[Group] = []
+    for name, location in (("dir", str(folder.path)), ("bundle", str(bundle))):
+        graded = folder.group({"a": fix, "b": fix, "f": nothing}, group_id=f"{name}-graded")
+        single = folder.group({"a": fix, "f": nothing}, group_id=f"{name}-single-missing")
+        for group, base in ((graded, folder.base), (single, missing)):
+            task = group.task.model_copy(update={"repo": location, "base_commit": base})
+            batch.append(group.model_copy(update={"task": task}))
+
+    def canonical(results) -> dict[str, str]:
+        return {r.group_id: r.model_copy(update={"seconds": 0.0}).model_dump_json() for r in results}
+
+    runs: dict[str, dict[str, str]] = {}
+    warm = GradingOptions(mirrors=MirrorCache(tmp_path / "in-process"))
+    for order, groups in (("graded first", batch), ("single first", batch[::-1])):
+        runs[f"in-process, {order}"] = canonical(grade_groups(groups, HeuristicGrader(), warm))
+        cold = GradingOptions(mirrors=MirrorCache(tmp_path / f"ray {order}"))
+        remote = RayGrader(options=cold, actors=2, per_actor=2)
+        runs[f"ray, {order}"] = canonical(remote.grade(groups))
+        remote.shutdown()
+    first = runs["in-process, graded first"]
+    for name, run in runs.items():
+        assert run == first, name
+    for kind in ("dir", "bundle"):
+        result = GroupResult.model_validate_json(first[f"{kind}-single-missing"])
+        assert result.outcome == Outcome.BASE_MISSING and missing in result.reason, result.reason
+        assert json.loads(first[f"{kind}-graded"])["status"] == "graded"

@@ -21,14 +21,7 @@ from tests.sandbox_contract import (  # noqa: F401 - collected here, on this mod
 ROOT = Path(__file__).resolve().parents[1]
 
 
-pytestmark = docker_marks()
-
-
-@pytest.fixture(scope="session")
-def images() -> None:
-    from grader.sandbox.images import build_images
-
-    build_images()  # slow the first time (debootstrap), a no-op afterwards
+pytestmark = [*docker_marks(), pytest.mark.usefixtures("sandbox_images")]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +33,7 @@ LIMITS = Limits(memory_bytes=256 * 1024**2, pids=64, timeout=20, kill_after=1, o
 
 
 @pytest.fixture(scope="module")
-def sandbox(images, trees):
+def sandbox(trees):
     with open_sandbox(trees, limits=LIMITS, test_command="python3 -m pytest -q -p no:cacheprovider") as sb:
         yield sb
 
@@ -152,7 +145,7 @@ def test_every_exec_starts_pristine(sandbox) -> None:
     assert "base\n" in second.stdout and "late" not in second.stdout and "more" not in second.stdout
 
 
-def test_run_tests_and_setup(images, trees) -> None:
+def test_run_tests_and_setup(trees) -> None:
     with open_sandbox(
         trees, setup="echo built > built.txt", test_command="python3 -m pytest -q -p no:cacheprovider"
     ) as sb:
@@ -163,13 +156,13 @@ def test_run_tests_and_setup(images, trees) -> None:
         assert set(sb.setup_results) == {"base", "A", "B"} and all(r.ok for r in sb.setup_results.values())
 
 
-def test_task_image_is_used_as_is(images, trees) -> None:
+def test_task_image_is_used_as_is(trees) -> None:
     with open_sandbox(trees, image="gagar/minimal:latest") as sb:
         result = sb.exec("A", "command -v python3 || echo no-python; cat a_only.txt")
         assert result.stdout == "no-python\nA\n"
 
 
-def test_closed_sandbox_refuses(images, trees) -> None:
+def test_closed_sandbox_refuses(trees) -> None:
     sb = open_sandbox(trees)
     sb.close()
     with pytest.raises(SandboxError):
@@ -178,7 +171,7 @@ def test_closed_sandbox_refuses(images, trees) -> None:
         other.exec("nope", "true")
 
 
-def test_host_watchdog_kills_what_outlives_its_timeout(images, trees, monkeypatch) -> None:
+def test_host_watchdog_kills_what_outlives_its_timeout(trees, monkeypatch) -> None:
     import grader.sandbox.docker as backend
 
     # A wrapper without the in-container `timeout`: only the host watchdog can stop the command.
@@ -190,7 +183,7 @@ def test_host_watchdog_kills_what_outlives_its_timeout(images, trees, monkeypatc
         assert sb.exec("A", ["true"]).ok
 
 
-def test_nothing_left_after_100_runs(images, trees) -> None:
+def test_nothing_left_after_100_runs(trees) -> None:
     before = _our_containers()
     with open_sandbox(trees) as sb:
         for i in range(100):
@@ -200,7 +193,7 @@ def test_nothing_left_after_100_runs(images, trees) -> None:
     assert _our_containers() == before
 
 
-def test_nothing_left_after_an_exception(images, trees) -> None:
+def test_nothing_left_after_an_exception(trees) -> None:
     before = _our_containers()
     with pytest.raises(RuntimeError, match="grading failed"), open_sandbox(trees) as sb:
         sb.exec("A", "true")
@@ -229,7 +222,7 @@ def _owned_by(pid: int) -> list[str]:
     return [c.name for c in docker.from_env().containers.list(all=True, filters={"label": labels})]
 
 
-def test_after_kill_9_the_next_grading_start_leaves_none_of_the_owners(images, tmp_path) -> None:
+def test_after_kill_9_the_next_grading_start_leaves_none_of_the_owners(tmp_path) -> None:
     from grader.testing import ScriptedServer, labels_in, tool_calls
     from tests.conftest import EXAMPLE_GROUP, run_gagar
 
@@ -257,7 +250,7 @@ def test_after_kill_9_the_next_grading_start_leaves_none_of_the_owners(images, t
     assert result["status"] == "graded" and any("== base: exit 0" in t.read_text() for t in transcript)
 
 
-def test_a_container_ends_by_itself_within_its_lifetime(images, tmp_path) -> None:
+def test_a_container_ends_by_itself_within_its_lifetime(tmp_path) -> None:
     lifetime = 12.0
     limits = {"timeout": 2, "kill_after": 1, "watchdog_grace": 1, "lifetime": lifetime}
     started = time.monotonic()
@@ -277,7 +270,7 @@ def test_a_container_ends_by_itself_within_its_lifetime(images, tmp_path) -> Non
         owner.wait()
 
 
-def test_a_sandbox_outliving_its_container_starts_a_new_one(images, trees) -> None:
+def test_a_sandbox_outliving_its_container_starts_a_new_one(trees) -> None:
     limits = Limits(timeout=1, kill_after=0.5, watchdog_grace=0.5, lifetime=9)
     with open_sandbox(trees, limits=limits, setup="echo built > built.txt") as sb:
         assert sb.exec("A", "cat a_only.txt built.txt").stdout == "A\nbuilt\n"
@@ -291,7 +284,7 @@ def test_a_sandbox_outliving_its_container_starts_a_new_one(images, trees) -> No
     assert not _exists(first) and not _exists(second)
 
 
-def test_sigterm_cleans_up_by_itself(images, tmp_path) -> None:
+def test_sigterm_cleans_up_by_itself(tmp_path) -> None:
     proc, container_id = spawn_grader(tmp_path, "docker")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM

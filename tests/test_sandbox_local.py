@@ -19,10 +19,15 @@ from tests.sandbox_contract import (  # noqa: F401 - collected here, on this mod
     test_huge_output_is_cut_and_reported,
 )
 
-LEVELS = [level for level in ("bubblewrap", "namespaces") if local_backend.available(level) is None]
+WHY_NOT = {level: local_backend.available(level) for level in ("bubblewrap", "namespaces")}
+LEVELS = [level for level, why in WHY_NOT.items() if why is None]
+NO_ISOLATION = "no isolation works here: " + "; ".join(f"{level}: {why}" for level, why in WHY_NOT.items())
 LIMITS = Limits(memory_bytes=512 * 1024**2, pids=64, timeout=20, kill_after=1, output_bytes=256 * 1024)
 
-needs_isolation = pytest.mark.skipif(not LEVELS, reason="neither bubblewrap nor unshare works here")
+needs_isolation = pytest.mark.skipif(not LEVELS, reason=NO_ISOLATION)
+needs_bubblewrap = pytest.mark.skipif(
+    WHY_NOT["bubblewrap"] is not None, reason=f"bubblewrap does not work here: {WHY_NOT['bubblewrap']}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +38,7 @@ def trees(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module", params=LEVELS or ["unavailable"])
 def sandbox(request, trees):
     if request.param == "unavailable":
-        pytest.skip("neither bubblewrap nor unshare works here")
+        pytest.skip(NO_ISOLATION)
     with open_sandbox(trees, backend="local", isolation=request.param, limits=LIMITS) as sb:
         yield sb
 
@@ -82,7 +87,7 @@ def test_candidates_do_not_see_each_other_and_start_pristine(sandbox) -> None:
     assert again.stdout == "base\na.txt\na_only.txt\npkg\ntests\n"
 
 
-@pytest.mark.skipif("bubblewrap" not in LEVELS, reason="bubblewrap does not work here")
+@needs_bubblewrap
 def test_a_probe_starts_at_its_root_and_imports_it_from_anywhere(sandbox) -> None:
     probe = 'cd "$TMPDIR" && python3 -c \'import pkg; print(pkg.add(2, 3))\' && cd "$OLDPWD" && ls a.txt'
     result = sandbox.exec("A", probe, env={"PYTHONPATH": "/nowhere"})
@@ -102,6 +107,7 @@ def test_targets_running_at_once_each_have_their_own_tmp(sandbox) -> None:
     assert not Path("/tmp/probe.out").exists()  # nothing reached the host's /tmp
 
 
+@needs_bubblewrap
 def test_bubblewrap_hides_host_files_and_blocks_writes(trees) -> None:
     marker = Path("/tmp") / f"gagar-marker-{uuid.uuid4().hex}"
     marker.write_text("host secret")

@@ -365,7 +365,8 @@ def _docker_build(
     context: Path, tag: str, digest: str, log_path: Path, timeout: float, log_bytes: int, no_cache: bool
 ) -> None:
     """`docker build` under `timeout`, its output capped into `log_path`. Raises `EnvironmentBuildError`."""
-    argv = ["docker", "build", "--network=host", "--label", f"{HASH_LABEL}={digest}", "-t", tag]
+    # --force-rm: the engine keeps a failed step's container otherwise (one per failed build, forever).
+    argv = ["docker", "build", "--force-rm", "--network=host", "--label", f"{HASH_LABEL}={digest}", "-t", tag]
     argv += ["--no-cache"] if no_cache else []
     for name in _PROXY_VARS:
         if os.environ.get(name):

@@ -71,14 +71,16 @@ def build_images(
     suite: str | None = None,
     cache_dir: Path | None = None,
     force: bool = False,
+    install_debootstrap: bool = True,
 ) -> list[BuiltImage]:
     """Build the sandbox images (tags `gagar/<name>:latest`), skipping those already up to date.
 
     `offline=None` tries to pull each online base and falls back to the debootstrapped one when that fails;
     True never touches a registry; False fails rather than fall back. `mirror` and `suite` default to the
     first Debian entry in /etc/apt/sources.list*. Debootstrap needs root and the `debootstrap` package
-    (installed with apt-get when missing); downloaded packages are cached in `cache_dir`.
-    Raises `ImageBuildError`.
+    (installed with apt-get when missing, unless `install_debootstrap` is False); downloaded packages are
+    cached in `cache_dir`. Concurrent callers (threads or processes) wait for one build.
+    Raises `ImageBuildError` (no engine, an unknown name, debootstrap missing or failing, a failed build).
     """
     import docker
     import docker.errors
@@ -94,10 +96,23 @@ def build_images(
         raise ImageBuildError(f"unknown image(s): {', '.join(sorted(unknown))}")
     found_mirror, found_suite = apt_mirror()
     mirror, suite = mirror or found_mirror, suite or found_suite
-    cache = (
-        cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gagar" / "debootstrap"
-    )
+    cache = _cache_root(cache_dir)
+    # Two sessions building at once would both debootstrap the same bases: the second waits, then finds
+    # them up to date.
+    with file_lock(cache / "images.lock"):
+        return _build_images(client, specs, offline, mirror, suite, cache, force, install_debootstrap)
 
+
+def _build_images(
+    client: object,
+    specs: list[_Spec],
+    offline: bool | None,
+    mirror: str,
+    suite: str,
+    cache: Path,
+    force: bool,
+    install_debootstrap: bool,
+) -> list[BuiltImage]:
     bases: dict[str, str] = {}
     for spec in specs:
         if offline is not True and _present(client, spec.online_base):
@@ -110,7 +125,7 @@ def build_images(
             raise ImageBuildError(f"could not pull {spec.online_base} and offline=False")
     missing = {s.offline_base for s in specs if s.name not in bases}
     if missing:
-        made = _debootstrap_bases(client, sorted(missing), mirror, suite, cache, force)
+        made = _debootstrap_bases(client, sorted(missing), mirror, suite, cache, force, install_debootstrap)
         for spec in specs:
             bases.setdefault(spec.name, made[spec.offline_base])
 
@@ -194,7 +209,7 @@ def image_hash(client: object, tag: str) -> str | None:
 
 
 def _debootstrap_bases(
-    client: object, kinds: list[str], mirror: str, suite: str, cache: Path, force: bool
+    client: object, kinds: list[str], mirror: str, suite: str, cache: Path, force: bool, install: bool
 ) -> dict[str, str]:
     jobs = {}
     for kind in kinds:
@@ -202,11 +217,11 @@ def _debootstrap_bases(
         tag = _offline_tag(kind, suite)
         digest = hashlib.sha256(repr(("minbase", suite, mirror, include)).encode()).hexdigest()[:16]
         if not force and image_hash(client, tag) == digest:
-            log.info("%s is up to date", tag)
+            log.debug("%s is up to date", tag)
             continue
         jobs[kind] = (tag, digest, include)
     if jobs:
-        _ensure_debootstrap()
+        _ensure_debootstrap(install)
         cache.mkdir(parents=True, exist_ok=True)
         # Mostly waiting on downloads and dpkg: two at once is faster even on two cores.
         with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
@@ -219,9 +234,15 @@ def _debootstrap_bases(
     return {kind: _offline_tag(kind, suite) for kind in kinds}
 
 
-def _ensure_debootstrap() -> None:
+def _ensure_debootstrap(install: bool = True) -> None:
+    """Make sure `debootstrap` is on PATH: installed with apt-get when missing, if `install` and root.
+
+    Raises `ImageBuildError` naming the Debian package when it is missing and cannot or may not be installed.
+    """
     if shutil.which("debootstrap"):
         return
+    if not install:
+        raise ImageBuildError("debootstrap is not installed (Debian package: apt-get install debootstrap)")
     if os.geteuid() != 0:
         raise ImageBuildError("debootstrap is missing and we are not root: apt-get install debootstrap")
     log.info("installing debootstrap with apt-get")
@@ -249,6 +270,7 @@ def _debootstrap_import(
     if os.geteuid() != 0:
         raise ImageBuildError("debootstrap needs root to build an offline base image")
     started = time.monotonic()
+    log.info("debootstrapping %s from %s %s (minutes: downloads and dpkg)", tag, mirror, suite)
     with tempfile.TemporaryDirectory(prefix="gagar-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         # Each run gets its own package cache: concurrent debootstraps would fight over a shared one.
@@ -296,6 +318,7 @@ def _build_one(client: object, spec: _Spec, base: str, *, offline: bool, force: 
     digest = hashlib.sha256(dockerfile + b"\0" + base_id.encode()).hexdigest()[:16]
     if not force and image_hash(client, tag) == digest:
         return BuiltImage(tag, digest, built=False, seconds=time.monotonic() - started)
+    log.info("building %s on %s", tag, base)
     try:
         client.images.build(  # type: ignore[attr-defined]
             path=str(context),
@@ -321,13 +344,18 @@ def interpreter_tag(interpreter: Interpreter) -> str:
 
 
 def build_interpreter_image(
-    interpreter: Interpreter, mirror: str | None = None, cache_dir: Path | None = None, force: bool = False
+    interpreter: Interpreter,
+    mirror: str | None = None,
+    cache_dir: Path | None = None,
+    force: bool = False,
+    install_debootstrap: bool = True,
 ) -> BuiltImage:
     """Debootstrap Debian `interpreter.suite` with its python3 and a C toolchain into `interpreter_tag`.
 
     No registry is involved: packages come from `mirror` (default: the apt sources' Debian mirror). Skipped
     when the image is there with the same content hash; concurrent callers (threads or processes) wait for
-    one build. Raises `ImageBuildError` (no engine, not root, debootstrap failed).
+    one build. `debootstrap` is installed with apt-get when missing unless `install_debootstrap` is False.
+    Raises `ImageBuildError` (no engine, not root, debootstrap missing or failed).
     """
     import docker
     import docker.errors
@@ -347,7 +375,7 @@ def build_interpreter_image(
     with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
         if not force and image_hash(client, tag) == digest:
             return BuiltImage(tag, digest, built=False, seconds=time.monotonic() - started)
-        _ensure_debootstrap()
+        _ensure_debootstrap(install_debootstrap)
         _debootstrap_import(
             client, tag, digest, INTERPRETER_PACKAGES, mirror, interpreter.suite, cache, keep_apt=True
         )

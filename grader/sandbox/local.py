@@ -90,9 +90,9 @@ def available(level: str) -> str | None:
         return f"unknown isolation {level!r}; use one of {', '.join(LEVELS)} or 'auto'"
     if level == "none":
         return None
-    tool = "bwrap" if level == "bubblewrap" else "unshare"
+    tool, package = ("bwrap", "bubblewrap") if level == "bubblewrap" else ("unshare", "util-linux")
     if shutil.which(tool) is None:
-        return f"{tool} is not installed"
+        return f"{tool} is not installed (Debian: apt-get install {package})"
     with tempfile.TemporaryDirectory(prefix=DIR_PREFIX + "probe-") as tmp:
         box = Path(tmp)
         (box / "t").mkdir()
