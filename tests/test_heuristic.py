@@ -165,7 +165,34 @@ def test_adding_a_regression_test_is_no_penalty_but_weakening_one_is(
     for tid in ("deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file"):
         assert signals[tid]["test_files_modified"] == ["tests/test_core.py"], tid
         assert signals[tid]["penalty"] >= 3.0, tid
-    # Only size separates adding a test from the bare fix; every weakening ranks below both.
-    position = {tid: i for i, tier in enumerate(result.ranking) for tid in tier}
-    weakened = ("deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file")
-    assert max(position["adds-test"], position["new-test-file"]) < min(position[t] for t in weakened)
+    # Added tests cost nothing, size included: the bare fix and the fix with a test tie, and every
+    # weakening ranks below them.
+    assert result.ranking[0] == ["clean", "adds-test", "new-test-file"], result.ranking
+    for tid in ("adds-test", "new-test-file"):
+        assert signals[tid]["penalty"] == 0 and signals[tid]["size_ratio"] == 1, tid
+        assert result.rationales[tid] == result.rationales["clean"], tid
+        assert signals[tid]["changed_lines"] > signals["clean"]["changed_lines"], tid  # still reported
+    weakened = {"deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file"}
+    assert {tid for tier in result.ranking[1:] for tid in tier} == weakened, result.ranking
+
+
+def test_size_does_not_count_added_tests(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    test_file = BASE_FILES["tests/test_core.py"]
+    many_tests = "".join(f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(20))
+    roundabout = FIXED.replace(
+        "    return a + b", "    total = a\n    total += b\n    result = total\n    return result"
+    )
+    result = grade(
+        repo,
+        mirrors,
+        {
+            "fix-with-many-tests": {**FIX, "tests/test_core.py": test_file + many_tests},
+            "bare-fix": FIX,
+            "larger-fix": {"pkg/core.py": roundabout},
+        },
+    )
+    signals = result.signals
+    # Twenty new tests do not make a fix bigger; four source lines for one do.
+    assert result.ranking == [["fix-with-many-tests", "bare-fix"], ["larger-fix"]], result.ranking
+    assert signals["larger-fix"]["size_ratio"] == 2.5  # 5 changed lines against 2
+    assert "2.5x the smallest candidate's changed lines" in result.rationales["larger-fix"]
