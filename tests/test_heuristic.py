@@ -125,6 +125,12 @@ def test_leftover_names() -> None:
         assert is_leftover(path), path
     for path in ("pkg/new_module.py", "setup.py", "docs/guide.md", "tests/test_new.py", "conftest.py"):
         assert not is_leftover(path), path
+    # A test named for the issue it covers, in the test suite, is a regression test; at the root, or as a
+    # backup, it is still scratch.
+    for path in ("tests/test_issue_42.py", "pkg/tests/test_fix.py", "testing/test_bug_7.py"):
+        assert not is_leftover(path), path
+    for path in ("test_issue.py", "pkg/test_fix.py", "tests/test_issue_42.py.orig", "tests/reproduce.py"):
+        assert is_leftover(path), path
 
 
 def test_adding_a_regression_test_is_no_penalty_but_weakening_one_is(
@@ -174,6 +180,23 @@ def test_adding_a_regression_test_is_no_penalty_but_weakening_one_is(
         assert signals[tid]["changed_lines"] > signals["clean"]["changed_lines"], tid  # still reported
     weakened = {"deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file"}
     assert {tid for tier in result.ranking[1:] for tid in tier} == weakened, result.ranking
+
+
+def test_a_regression_test_named_for_its_issue_costs_nothing(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    regression = "from pkg.core import add\n\n\ndef test_issue_42():\n    assert add(2, 2) == 4\n"
+    result = grade(
+        repo,
+        mirrors,
+        {
+            "bare-fix": FIX,
+            "fix-and-regression-test": {**FIX, "tests/test_issue_42.py": regression},
+            "fix-and-root-script": {**FIX, "test_issue.py": regression},
+        },
+    )
+    assert result.ranking == [["bare-fix", "fix-and-regression-test"], ["fix-and-root-script"]], (
+        result.ranking
+    )
+    assert result.signals["fix-and-root-script"]["leftover_files"] == ["test_issue.py"]
 
 
 def test_size_does_not_count_added_tests(repo: RepoFactory, mirrors: MirrorCache) -> None:
