@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from grader.graders.llm import LLMGrader
-from grader.graders.tools import Toolbox, assign_labels, split_budget
+from grader.graders.tools import VENDORED_DIRS, Toolbox, assign_labels, split_budget
 from grader.mirrors import MirrorCache
 from grader.pipeline import grade_group_sync
 from grader.prompts import load_prompts
@@ -158,7 +158,9 @@ def test_search_leaves_vendored_trees_out_unless_asked(make_repo, mirrors: Mirro
     assert "pkg/core.py:1:def helper" in default and "six.py" not in default and "third_party" not in default
     assert everything.startswith("4 matching line(s)\n") and "node_modules" in everything
     assert inside.startswith("1 matching line(s)\n") and "pkg/_vendor/six.py:1:" in inside
-    assert "include_vendored" in tool["parameters"]["properties"] and "vendor" in tool["description"]
+    assert "include_vendored" in tool["parameters"]["properties"]
+    named = set(re.search(r"directories named ([^)]*)\)", tool["description"]).group(1).split(", "))
+    assert named == VENDORED_DIRS  # the description names exactly the trees left out
 
 
 def test_identical_submissions_are_said_to_share_one_rank_and_not_to_vote(
