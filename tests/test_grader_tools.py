@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from grader.graders.llm import LLMGrader
-from grader.graders.tools import VENDORED_DIRS, Toolbox, assign_labels, split_budget
+from grader.graders.tools import VENDORED_DIRS, Toolbox, assign_labels, compact_diff, split_budget
 from grader.mirrors import MirrorCache
 from grader.pipeline import grade_group_sync
 from grader.prompts import load_prompts
@@ -235,3 +235,24 @@ def test_output_over_the_sandbox_cap_is_said_and_still_shown_in_whole_lines(
     stdout = blocks_of(output)["base"].split("stdout:\n", 1)[1].rsplit("\nstderr:\n", 1)[0].splitlines()
     assert stdout[0] == "line      0 end" and stdout[-1] == "line 199999 end"
     assert all(re.fullmatch(r"line +\d+ end", line) for line in stdout if not line.startswith("[... lines "))
+
+
+def test_diff_pages_end_at_line_boundaries_and_together_are_the_whole_diff(
+    make_repo, mirrors: MirrorCache
+) -> None:
+    base = "".join(
+        f"value_{i} = {i}  # a line of the module, long enough to fill pages\n" for i in range(400)
+    )
+    repo = make_repo({"pkg/__init__.py": "", "pkg/big.py": base})
+    changed = base.replace(" = ", " == ")
+    with toolbox_over(repo, mirrors, {"a": {"pkg/big.py": changed}}, page_chars=3000) as (tb, view):
+        label = tb.candidates.order[0]
+        first = tb.call("diff", {"candidate": label})
+        count = int(re.match(r"page 1 of (\d+)\n", first).group(1))
+        pages = [first] + [tb.call("diff", {"candidate": label, "page": n}) for n in range(2, count + 1)]
+        whole = compact_diff(view.diff(tb.candidates.trajectory(label)))
+    bodies = [
+        re.search(r"<<<DATA (\w+)>>>\n(.*)\n<<<END \1>>>$", page, flags=re.S).group(2) for page in pages
+    ]
+    assert count > 1 and "".join(bodies) == whole
+    assert all(body.endswith("\n") and len(body) <= 3000 for body in bodies)

@@ -397,12 +397,11 @@ class Toolbox:
     def _tool_diff(self, candidate: str, against: str = BASE, path: str | None = None, page: int = 1) -> str:
         paths = [path] if path else None
         text = compact_diff(self.view.diff(self._target(candidate), self._target(against), paths=paths))
-        pages = max(1, -(-len(text) // self.page_chars))
-        if page > pages:
-            raise ToolError(f"page {page} does not exist; the diff has {pages} page(s)")
-        chunk = text[(page - 1) * self.page_chars : page * self.page_chars]
-        note = f"page {page} of {pages}\n" if pages > 1 else ""
-        return note + self._wrap(chunk or "(no differences)")
+        pages = paginate(text, self.page_chars)
+        if page > len(pages):
+            raise ToolError(f"page {page} does not exist; the diff has {len(pages)} page(s)")
+        note = f"page {page} of {len(pages)}\n" if len(pages) > 1 else ""
+        return note + self._wrap(pages[page - 1] or "(no differences)")
 
     def _tool_read_file(
         self, target: str, path: str, start_line: int = 1, end_line: int | None = None
@@ -492,6 +491,35 @@ class Toolbox:
                 self._sandbox_error = f"{type(exc).__name__}: {exc}"
                 raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
         return self._sandbox
+
+
+def paginate(text: str, size: int) -> list[str]:
+    """`text` in pages of at most `size` characters that end at line ends (a line longer than a page is split
+    across pages): no diff line is cut in two unless it alone is over a page.
+
+    Args:
+        text: the text; lines end at LF.
+        size: the most characters a page holds (positive).
+
+    Returns:
+        The pages, which joined are `text`; one empty page for empty text.
+    """
+    pages: list[str] = []
+    current = ""
+    for line in split_lines(text):
+        while len(line) > size:  # over a page by itself: whole pages of it
+            if current:
+                pages.append(current)
+                current = ""
+            pages.append(line[:size])
+            line = line[size:]
+        if len(current) + len(line) > size:
+            pages.append(current)
+            current = ""
+        current += line
+    if current or not pages:
+        pages.append(current)
+    return pages
 
 
 def is_vendored(path: str) -> bool:
