@@ -73,6 +73,9 @@ def test_cap_lines_keeps_whole_lines_and_names_those_cut() -> None:
     numbered = cap_lines("\n".join(["y" * 50] * 100), 500, first_line=100).splitlines()
     assert numbered[4] == "[... lines 104-194 cut ...]" and len(numbered) == 10
     assert cap_lines("fits\n", 10) == "fits\n"
+    # One long line (a JSON document, say) may use the whole limit.
+    single = cap_lines("j" * 5000, 3000)
+    assert single.count("j") == 3000 and "2,000 characters cut" in single
 
 
 def test_an_empty_stream_leaves_its_share_to_the_other() -> None:

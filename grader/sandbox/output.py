@@ -78,8 +78,8 @@ def cap_lines(text: str, limit: int, first_line: int = 1) -> str:
     tail, and between them one line naming the lines that went, e.g. `[... lines 41-97 of 180 cut ...]`.
 
     A reader comparing outputs line by line (a probe printing one result per line) then never loses part of
-    a line unnoticed. Only a line too long to be kept whole (over a quarter of `limit`) is cut inside, with
-    the count of the characters that went, as `cap_text` does.
+    a line unnoticed. Only a line too long to be kept whole (over `limit` for a single line, over a quarter
+    of it among four or more) is cut inside, with the count of the characters that went, as `cap_text` does.
 
     Args:
         text: the whole text; lines end at LF.
@@ -102,7 +102,7 @@ def cap_lines(text: str, limit: int, first_line: int = 1) -> str:
     lines = text.split("\n")
     if ends_with_newline:
         lines.pop()
-    longest = max(80, limit // 4)
+    longest = max(80, limit // min(len(lines), 4))  # one long line may fill the limit; of many, a quarter
     shown = [line if len(line) <= longest else cap_text(line, longest).replace("\n", " ") for line in lines]
     head_end, used = 0, 0  # lines [0, head_end) are kept from the head
     while head_end < len(shown) and (head_end == 0 or used + len(shown[head_end]) + 1 <= limit // 2):
