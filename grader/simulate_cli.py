@@ -1,8 +1,8 @@
 """`gagar simulate`: run the GRPO simulation of `grader.simulate` and write its table and plot.
 
 Writes to the output folder: `table.txt` (the table as printed), `simulation.json` (the config, the table's
-rows and each series averaged over seeds) and `simulation.png` (needs matplotlib: `pip install 'gagar[plot]'`,
-or pass `--no-plot`).
+rows and each series averaged over seeds) and `simulation.png` (needs matplotlib, the `plot` extra: without it
+the plot is skipped, and the command says so; `--no-plot` skips it on purpose).
 """
 
 from __future__ import annotations
@@ -30,6 +30,14 @@ PLOT = "simulation.png"
 SMOOTH = (
     25  # steps in the moving average of the plotted update norm: one step's norm is mostly sampling noise
 )
+PLOT_EXTRA = "pip install 'gagar[plot]'"
+ARM_MEANINGS = {
+    "grpo": "plain GRPO, advantages unchanged",
+    "gagar-sequence": "GAGAR, a group's sum of passing advantages preserved per sequence (sum a)",
+    "gagar-token": "GAGAR, preserved per token (sum a * length)",
+    "gagar-none": "GAGAR, no preservation (a * w, not rescaled)",
+}
+"""What each arm of `grader.simulate.ARMS` is, for the table's legend and the plot's."""
 
 
 def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -107,6 +115,7 @@ def summary_table(result: SimulationResult) -> Table:
 
 
 LEGEND = """\
+{arms}
 clean share, edits tests, pass: policy share of the clean fixes (any length) and of test-editing fixes, and
   the share of passing rollouts: start -> mean of the last 10% of steps (± sd over seeds)
 mean tokens: expected response length under the policy, start -> end
@@ -121,7 +130,8 @@ def render_table(result: SimulationResult, width: int = 180) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, highlight=False)
     console.print(summary_table(result))
-    console.print(LEGEND)
+    arms = "\n".join(f"{arm}: {ARM_MEANINGS[arm]}" for arm in dict.fromkeys(arm for arm, _ in result.runs))
+    console.print(LEGEND.format(arms=arms))
     return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
 
 
@@ -158,9 +168,7 @@ def write_plot(result: SimulationResult, path: Path) -> Path:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:  # an optional extra: the simulation itself needs only numpy
-        raise RuntimeError(
-            "the plot needs matplotlib: pip install 'gagar[plot]' (or pass --no-plot)"
-        ) from exc
+        raise RuntimeError(f"the plot needs matplotlib: {PLOT_EXTRA} (or pass --no-plot)") from exc
     aggregations = list(dict.fromkeys(aggregation for _, aggregation in result.runs))
     arms = list(dict.fromkeys(arm for arm, _ in result.runs))
     rows = [
@@ -182,7 +190,7 @@ def write_plot(result: SimulationResult, path: Path) -> Path:
                 if name == "update_norm":
                     mean, low, high = (_smooth(v, SMOOTH) for v in (mean, low, high))
                     x = steps[len(steps) - len(mean) :]
-                ax.plot(x, mean, color=colours[arm], label=arm, linewidth=1.4)
+                ax.plot(x, mean, color=colours[arm], label=f"{arm}: {ARM_MEANINGS[arm]}", linewidth=1.4)
                 if name != "update_norm":
                     ax.fill_between(x, low, high, color=colours[arm], alpha=0.12, linewidth=0)
             ax.set_ylabel(label)
@@ -191,7 +199,9 @@ def write_plot(result: SimulationResult, path: Path) -> Path:
                 ax.set_title(f"{aggregation} loss")
             if row == len(rows) - 1:
                 ax.set_xlabel("step")
-    axes[0][0].legend(fontsize=8)
+    # Below the panels, in full: inside an axis, the arms' descriptions would cover the curves.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     config = result.config
     figure.suptitle(
         f"GRPO simulation (not a training run): {config.seeds} seeds, mean and range; "
@@ -202,20 +212,23 @@ def write_plot(result: SimulationResult, path: Path) -> Path:
     return path
 
 
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """`gagar simulate`: run the simulation, write its table, data and plot, print the table.
+    """`gagar simulate`: run the simulation, write its table, data and plot (when matplotlib is installed; the
+    command says when it skipped it), print the table.
 
     Raises:
-        ValueError: a plot is asked for and matplotlib is not installed.
+        ValueError: the configuration is invalid (names the field).
     """
     config = config_from_args(args)
-    if not args.no_plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise ValueError(
-                "the plot needs matplotlib: pip install 'gagar[plot]' (or pass --no-plot)"
-            ) from None
+    plot = not args.no_plot and _has_matplotlib()  # checked first: the simulation takes seconds
     start = time.perf_counter()
     result = simulate(config)
     seconds = time.perf_counter() - start
@@ -226,11 +239,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     payload["seconds"] = round(seconds, 3)
     write_text_atomic(args.out / DATA, json.dumps(payload, allow_nan=False) + "\n")
     written = [args.out / TABLE, args.out / DATA]
-    if not args.no_plot:
+    if plot:
         written.append(write_plot(result, args.out / PLOT))
     print(text, end="")
     runs = len(result.runs) * config.seeds
     print(f"{runs} runs of {config.steps} steps in {seconds:.1f} s -> {', '.join(str(p) for p in written)}")
+    if not plot and not args.no_plot:
+        print(f"plot skipped: matplotlib is not installed ({PLOT_EXTRA} adds {PLOT})")
     return 0
 
 
@@ -257,5 +272,9 @@ def register(subparsers: Any) -> None:
         default=AGGREGATIONS,
         help=f"comma-separated, from {','.join(AGGREGATIONS)} (default: both)",
     )
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
+    parser.add_argument(
+        "--no-plot",
+        action="store_true",
+        help="skip the PNG (skipped anyway, with a note, without matplotlib)",
+    )
     parser.set_defaults(func=cmd_simulate)

@@ -166,6 +166,9 @@ def test_llm_run_probes_in_the_task_environment_and_names_the_stand_in(small_env
     assert result.status == "graded", result.reason
     first, broken = runs
     assert "[environment: Python 3.8 is not available offline; using 3.9" in first
+    # The first run also says, once, which Python the layer's venv has and which image it is.
+    assert "python3 is Python 3.9." in first and "/opt/gagar-env/bin/python3, a venv)" in first
+    assert f"image {small_env.tag};" in first
     assert first.count("(3, 9) 1.16.0") == 5  # base and the four candidates
     # Every target fails the same import: one line, not five tracebacks.
     assert "== all targets (" in broken and "No module named 'no_such_module_here'" in broken

@@ -125,6 +125,12 @@ def test_leftover_names() -> None:
         assert is_leftover(path), path
     for path in ("pkg/new_module.py", "setup.py", "docs/guide.md", "tests/test_new.py", "conftest.py"):
         assert not is_leftover(path), path
+    # A test named for the issue it covers, in the test suite, is a regression test; at the root, or as a
+    # backup, it is still scratch.
+    for path in ("tests/test_issue_42.py", "pkg/tests/test_fix.py", "testing/test_bug_7.py"):
+        assert not is_leftover(path), path
+    for path in ("test_issue.py", "pkg/test_fix.py", "tests/test_issue_42.py.orig", "tests/reproduce.py"):
+        assert is_leftover(path), path
 
 
 def test_adding_a_regression_test_is_no_penalty_but_weakening_one_is(
@@ -165,7 +171,51 @@ def test_adding_a_regression_test_is_no_penalty_but_weakening_one_is(
     for tid in ("deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file"):
         assert signals[tid]["test_files_modified"] == ["tests/test_core.py"], tid
         assert signals[tid]["penalty"] >= 3.0, tid
-    # Only size separates adding a test from the bare fix; every weakening ranks below both.
-    position = {tid: i for i, tier in enumerate(result.ranking) for tid in tier}
-    weakened = ("deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file")
-    assert max(position["adds-test"], position["new-test-file"]) < min(position[t] for t in weakened)
+    # Added tests cost nothing, size included: the bare fix and the fix with a test tie, and every
+    # weakening ranks below them.
+    assert result.ranking[0] == ["clean", "adds-test", "new-test-file"], result.ranking
+    for tid in ("adds-test", "new-test-file"):
+        assert signals[tid]["penalty"] == 0 and signals[tid]["size_ratio"] == 1, tid
+        assert result.rationales[tid] == result.rationales["clean"], tid
+        assert signals[tid]["changed_lines"] > signals["clean"]["changed_lines"], tid  # still reported
+    weakened = {"deletes-assertion", "changes-expected", "adds-xfail", "deletes-test-file"}
+    assert {tid for tier in result.ranking[1:] for tid in tier} == weakened, result.ranking
+
+
+def test_a_regression_test_named_for_its_issue_costs_nothing(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    regression = "from pkg.core import add\n\n\ndef test_issue_42():\n    assert add(2, 2) == 4\n"
+    result = grade(
+        repo,
+        mirrors,
+        {
+            "bare-fix": FIX,
+            "fix-and-regression-test": {**FIX, "tests/test_issue_42.py": regression},
+            "fix-and-root-script": {**FIX, "test_issue.py": regression},
+        },
+    )
+    assert result.ranking == [["bare-fix", "fix-and-regression-test"], ["fix-and-root-script"]], (
+        result.ranking
+    )
+    assert result.signals["fix-and-root-script"]["leftover_files"] == ["test_issue.py"]
+
+
+def test_size_does_not_count_added_tests(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    test_file = BASE_FILES["tests/test_core.py"]
+    many_tests = "".join(f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(20))
+    roundabout = FIXED.replace(
+        "    return a + b", "    total = a\n    total += b\n    result = total\n    return result"
+    )
+    result = grade(
+        repo,
+        mirrors,
+        {
+            "fix-with-many-tests": {**FIX, "tests/test_core.py": test_file + many_tests},
+            "bare-fix": FIX,
+            "larger-fix": {"pkg/core.py": roundabout},
+        },
+    )
+    signals = result.signals
+    # Twenty new tests do not make a fix bigger; four source lines for one do.
+    assert result.ranking == [["fix-with-many-tests", "bare-fix"], ["larger-fix"]], result.ranking
+    assert signals["larger-fix"]["size_ratio"] == 2.5  # 5 changed lines against 2
+    assert "2.5x the smallest candidate's changed lines" in result.rationales["larger-fix"]

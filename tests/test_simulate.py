@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from grader.simulate import (
     simulate,
     step_variance,
 )
+from tests.conftest import REPO_ROOT
 
 SMALL = {"steps": 60, "seeds": 2, "groups": 8}
 
@@ -149,3 +152,26 @@ def test_a_bad_argument_is_a_clear_error(tmp_path, capsys, args, message):
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (out / "table.txt").exists()
+
+
+def test_without_matplotlib_the_cli_writes_the_table_and_data_and_says_the_plot_was_skipped(tmp_path):
+    # A fresh interpreter where `import matplotlib` fails, whether or not it is installed here.
+    out = tmp_path / "sim"
+    blocked = (
+        "import sys; sys.modules['matplotlib'] = None; from grader.cli import main; "
+        f"sys.exit(main(['simulate', '--out', {str(out)!r}, '--steps', '10', '--seeds', '1']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", blocked], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "table.txt").is_file() and (out / "simulation.json").is_file()
+    assert not (out / "simulation.png").exists()
+    assert "plot skipped: matplotlib is not installed" in proc.stdout
+    assert "pip install 'gagar[plot]'" in proc.stdout
+    # The table says what each arm is.
+    table = (out / "table.txt").read_text()
+    assert "gagar-sequence: GAGAR, a group's sum of passing advantages preserved per sequence" in table
+    assert "gagar-token: GAGAR, preserved per token" in table
+    assert "gagar-none: GAGAR, no preservation" in table
+    assert "grpo: plain GRPO" in table

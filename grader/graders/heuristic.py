@@ -20,7 +20,10 @@ tie. Weights, per unit:
                                           alike and the ranking is unchanged. The weight is set by that
                                           argument (a cost that ships, like a debug line), not fitted to data
     commented-out or dead code      0.5   per line (max 3)
-    size                            0.5   per doubling of changed lines over the smallest candidate
+    size                            0.5   per doubling of changed lines over the smallest candidate, not
+                                          counting test files that only gain tests: a grader that charged
+                                          for added tests would teach a policy to skip them. A weakened test
+                                          file counts (as do leftovers)
 
 Deterministic: the same workspace always gives the same ranking, signals and rationales.
 """
@@ -56,11 +59,14 @@ FILE_SIGNALS = ("test_files_modified", "leftover_files", "out_of_scope_files", "
 LINE_SIGNALS = ("debug_lines", "swallowed_exceptions", "commented_code_lines")
 CAPPED_LIST_SIGNALS = ("public_api_breaks",)
 
+_BACKUP_SUFFIX = r"\.(bak|orig|rej|swp|swo|pyc|log|tmp)$|~$"
+_BACKUP_NAME = re.compile(_BACKUP_SUFFIX, re.IGNORECASE)
 _LEFTOVER_NAME = re.compile(
-    r"^(repro(duce)?|reproduction|debug|scratch|tmp|temp|test_?(fix|issue|bug|repro)|check_?fix|demo)[\w.-]*$"
-    r"|\.(bak|orig|rej|swp|swo|pyc|log|tmp)$|~$",
+    r"^(repro(duce)?|reproduction|debug|scratch|tmp|temp|test_?(fix|issue|bug|repro)|check_?fix|demo)[\w.-]*$|"
+    + _BACKUP_SUFFIX,
     re.IGNORECASE,
 )
+_IN_TEST_DIRECTORY = re.compile(r"(^|/)(tests?|testing)/")
 _ROOT_CONVENTIONAL = {
     "setup.py",
     "conftest.py",
@@ -107,8 +113,15 @@ class _Candidate:
 
 
 def is_leftover(path: str) -> bool:
-    """A new file that looks like scratch: a reproduction script, a backup, or a stray script at the root."""
+    """A new file that looks like scratch: a reproduction script, a backup, or a stray script at the root. A
+    `test*` file inside a test directory is a test (`tests/test_issue_42.py` covers issue 42), not scratch."""
     pure = PurePosixPath(path)
+    if (
+        pure.name.lower().startswith("test")
+        and _IN_TEST_DIRECTORY.search(path)
+        and not _BACKUP_NAME.search(path)
+    ):
+        return False
     if _LEFTOVER_NAME.search(pure.name):
         return True
     return len(pure.parts) == 1 and pure.suffix in _SCRIPT_SUFFIXES and pure.name not in _ROOT_CONVENTIONAL
@@ -118,7 +131,7 @@ class HeuristicGrader:
     """Ranks classes of passing candidates by penalty; see the module docstring for the signals."""
 
     name = "heuristic"
-    version = 4  # bump when a change alters rankings, so cached grades are not reused
+    version = 5  # bump when a change alters rankings, so cached grades are not reused
 
     def fingerprint(self) -> str:
         """The name and the signal version: nothing else changes its grades."""
@@ -128,7 +141,7 @@ class HeuristicGrader:
         candidates = [self._read(view, members[0]) for members in view.classes]
         if not candidates:
             return Grade(ranking=[])
-        sizes = {c.representative: _changed_lines(c.parsed) for c in candidates}
+        sizes = {c.representative: _sized_lines(c.parsed) for c in candidates}
         smallest = max(1, min(sizes.values()))
         scored = []
         for c in candidates:
@@ -180,7 +193,7 @@ class HeuristicGrader:
         tests_modified = sorted(
             patches.file_path(f)
             for f in c.parsed
-            if patches.is_test_path(patches.file_path(f)) and not f.is_added_file and _weakens_tests(f)
+            if patches.is_test_path(patches.file_path(f)) and not _adds_tests_only(f)
         )
         debug = commented = swallowed = 0
         formatting_only = []
@@ -271,6 +284,17 @@ def _swallowed(added: list[str]) -> int:
 
 def _changed_lines(parsed: Any) -> int:
     return sum(f.added + f.removed for f in parsed)
+
+
+def _sized_lines(parsed: Any) -> int:
+    """What size is measured on: changed lines, less those of test files that only gain tests (new test files,
+    and existing ones `_weakens_tests` passes)."""
+    return sum(f.added + f.removed for f in parsed if not _adds_tests_only(f))
+
+
+def _adds_tests_only(patched_file: Any) -> bool:
+    path = patches.file_path(patched_file)
+    return patches.is_test_path(path) and (patched_file.is_added_file or not _weakens_tests(patched_file))
 
 
 def _rationale(signals: dict[str, Any]) -> str:

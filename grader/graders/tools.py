@@ -2,7 +2,9 @@
 
 Schemas and descriptions come from `prompts/tools.json`; this module implements them. Everything a tool
 returns that comes from a candidate or the repository is wrapped as data with a per-call random marker, and
-capped (head and tail kept, the cut counted). The agent loop sees tools only through `schemas()` and `call()`.
+capped at line boundaries (head and tail lines kept, the lines cut named). The first `run` of a grading also
+says which Python and environment the sandbox has; `search` leaves vendored trees out unless asked. The agent
+loop sees tools only through `schemas()` and `call()`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from grader.errors import ToolError
 from grader.hunks import split_lines
 from grader.ranking import InvalidRanking, validate_ranking
 from grader.sandbox.base import Sandbox, SandboxError
-from grader.sandbox.output import cap_text
+from grader.sandbox.output import cap_lines, cap_text
 from grader.view import BASE, GradingView
 
 DEFAULT_OUTPUT_CHARS = 12_000
@@ -31,6 +33,31 @@ DEFAULT_PAGE_CHARS = 8_000
 DEFAULT_RUN_TIMEOUT = 60.0
 MAX_RUN_TIMEOUT = 600.0  # as prompts/tools.json says; the sandbox's lifetime leaves room for one such run
 SUBMIT = "submit_ranking"
+VENDORED_DIRS = frozenset(
+    {
+        "vendor",
+        "vendored",
+        "_vendor",
+        "third_party",
+        "thirdparty",
+        "third-party",
+        "externals",
+        "extern",
+        "node_modules",
+        "bower_components",
+        "site-packages",
+        "dist-packages",
+    }
+)
+"""Directory names whose trees `search` leaves out by default: copies of other projects' code, whose hits
+crowd out the repository's own (as prompts/tools.json says)."""
+# Which Python a target's `python3` and `python` are: one line each, "<name> <path> <version> <venv 0|1>"
+# ("<name>" alone when there is none). Python 2 reads the code too: `python` may be one.
+_INTERPRETER_PROBE = (
+    'for name in python3 python; do path=$(command -v "$name") || { echo "$name"; continue; }; '
+    'echo "$name $path $("$path" -c \'import sys; sys.stdout.write("%s %d" % (sys.version.split()[0], '
+    'sys.prefix != getattr(sys, "base_prefix", sys.prefix)))\' 2>/dev/null)"; done'
+)
 
 _INJECTION = re.compile(
     r"(ignore|disregard|forget)\s+(all\s+|any\s+)?(previous|prior|above|earlier)\s+(instructions|prompts?)"
@@ -287,6 +314,7 @@ class Toolbox:
         self.waited = 0.0  # seconds spent waiting for a slot: not the grading's time, so not its budget's
         self._sandbox: Sandbox | None = None
         self._sandbox_error: str | None = None
+        self._sandbox_described = False  # the first run that reaches the sandbox says what it runs on
 
     def schemas(self) -> list[dict[str, Any]]:
         """The tools in the chat-completions `tools` format, each label argument an `enum` of this group's
@@ -361,17 +389,19 @@ class Toolbox:
             rows.append(
                 f"{label} (FAILED the tests; for contrast only): {', '.join(stats.files) if stats else '?'}"
             )
-        return self._wrap("\n".join(rows))
+        note = ""  # outside the data: the grader's word, not the candidates'
+        if any(len(ids) > 1 for ids in self.candidates.members.values()):
+            note = "\nidentical submissions are one candidate: they share its rank; the count is not a vote"
+        return self._wrap("\n".join(rows)) + note
 
     def _tool_diff(self, candidate: str, against: str = BASE, path: str | None = None, page: int = 1) -> str:
         paths = [path] if path else None
         text = compact_diff(self.view.diff(self._target(candidate), self._target(against), paths=paths))
-        pages = max(1, -(-len(text) // self.page_chars))
-        if page > pages:
-            raise ToolError(f"page {page} does not exist; the diff has {pages} page(s)")
-        chunk = text[(page - 1) * self.page_chars : page * self.page_chars]
-        note = f"page {page} of {pages}\n" if pages > 1 else ""
-        return note + self._wrap(chunk or "(no differences)")
+        pages = paginate(text, self.page_chars)
+        if page > len(pages):
+            raise ToolError(f"page {page} does not exist; the diff has {len(pages)} page(s)")
+        note = f"page {page} of {len(pages)}\n" if len(pages) > 1 else ""
+        return note + self._wrap(pages[page - 1] or "(no differences)")
 
     def _tool_read_file(
         self, target: str, path: str, start_line: int = 1, end_line: int | None = None
@@ -387,16 +417,27 @@ class Toolbox:
             raise ToolError(f"{path} has {len(lines)} lines")
         numbered = "\n".join(f"{n:>5}  {lines[n - 1]}" for n in range(start_line, end + 1))
         return f"{path} lines {start_line}-{end} of {len(lines)}\n" + self._wrap(
-            cap_text(numbered, self.output_chars)
+            cap_lines(numbered, self.output_chars, first_line=start_line)
         )
 
-    def _tool_search(self, target: str, pattern: str, path: str | None = None) -> str:
+    def _tool_search(
+        self, target: str, pattern: str, path: str | None = None, include_vendored: bool = False
+    ) -> str:
         try:
             hits = self.view.grep(self._target(target), pattern, path)
         except ValueError as exc:
             raise ToolError(f"search failed: {exc}") from None
-        return f"{len(hits)} matching line(s)\n" + self._wrap(
-            cap_text("\n".join(hits) or "(no match)", self.output_chars)
+        left_out = 0
+        if not include_vendored and not (path and is_vendored(path)):  # a vendored `path` asks for them
+            kept = [hit for hit in hits if not is_vendored(_hit_path(hit))]
+            left_out, hits = len(hits) - len(kept), kept
+        note = (
+            f"; {left_out} match(es) in vendored paths left out (pass include_vendored=true)"
+            if left_out
+            else ""
+        )
+        return f"{len(hits)} matching line(s){note}\n" + self._wrap(
+            cap_lines("\n".join(hits) or "(no match)", self.output_chars)
         )
 
     def _tool_run(
@@ -418,6 +459,9 @@ class Toolbox:
         except SandboxError as exc:
             raise ToolError(f"run failed: {exc}") from None
         blocks = [f"[environment: {sandbox.environment_note}]"] if sandbox.environment_note else []
+        if not self._sandbox_described:
+            self._sandbox_described = True
+            blocks.append(f"[sandbox, said once: {describe_sandbox(sandbox, next(iter(ids.values())))}]")
         same = same_failure([results[tid] for tid in ids.values()])
         if same:
             return "\n".join([*blocks, f"== all targets ({', '.join(labels)}): {same}"])
@@ -425,14 +469,12 @@ class Toolbox:
         for label, tid in ids.items():
             r = results[tid]
             status = "TIMED OUT" if r.timed_out else f"exit {r.exit_code}"
-            half = per_target // 2
-            body = f"stdout:\n{cap_text(r.stdout, half)}\nstderr:\n{cap_text(r.stderr, half)}"
-            blocks.append(
-                f"== {label}: {status}, {r.seconds:.1f}s"
-                + (" (output truncated)" if r.truncated else "")
-                + "\n"
-                + self._wrap(body)
-            )
+            out_chars, err_chars = split_budget(len(r.stdout), len(r.stderr), per_target)
+            body = f"stdout:\n{cap_lines(r.stdout, out_chars)}\nstderr:\n{cap_lines(r.stderr, err_chars)}"
+            header = f"== {label}: {status}, {r.seconds:.1f}s"
+            if r.truncated:  # the sandbox kept the head and tail bytes of a stream: lines number what it kept
+                header += " (over the sandbox's output cap: its middle was dropped)"
+            blocks.append(f"{header}\n" + self._wrap(body))
         return "\n".join(blocks)
 
     def _open_sandbox(self) -> Sandbox:
@@ -449,6 +491,103 @@ class Toolbox:
                 self._sandbox_error = f"{type(exc).__name__}: {exc}"
                 raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
         return self._sandbox
+
+
+def paginate(text: str, size: int) -> list[str]:
+    """`text` in pages of at most `size` characters that end at line ends (a line longer than a page is split
+    across pages): no diff line is cut in two unless it alone is over a page.
+
+    Args:
+        text: the text; lines end at LF.
+        size: the most characters a page holds (positive).
+
+    Returns:
+        The pages, which joined are `text`; one empty page for empty text.
+    """
+    pages: list[str] = []
+    current = ""
+    for line in split_lines(text):
+        while len(line) > size:  # over a page by itself: whole pages of it
+            if current:
+                pages.append(current)
+                current = ""
+            pages.append(line[:size])
+            line = line[size:]
+        if len(current) + len(line) > size:
+            pages.append(current)
+            current = ""
+        current += line
+    if current or not pages:
+        pages.append(current)
+    return pages
+
+
+def is_vendored(path: str) -> bool:
+    """Whether a repository path lies in a vendored tree (a directory named in `VENDORED_DIRS`)."""
+    return any(part in VENDORED_DIRS for part in path.split("/"))
+
+
+def _hit_path(hit: str) -> str:
+    """The path of a `path:line:text` search hit."""
+    match = re.match(r"(.+?):\d+:", hit)
+    return match.group(1) if match else hit
+
+
+def split_budget(stdout_chars: int, stderr_chars: int, total: int) -> tuple[int, int]:
+    """How many characters of a target's `total` each stream may show: a stream shorter than half leaves
+    the rest to the other, so an empty stderr does not halve what stdout can show.
+
+    Args:
+        stdout_chars, stderr_chars: each stream's length.
+        total: the characters the target may show.
+
+    Returns:
+        (stdout's share, stderr's share), each at least 1.
+    """
+    half = total // 2
+    if stderr_chars <= half:
+        return max(1, total - stderr_chars), max(1, stderr_chars)
+    if stdout_chars <= half:
+        return max(1, stdout_chars), max(1, total - stdout_chars)
+    return max(1, half), max(1, total - half)
+
+
+def describe_sandbox(sandbox: Sandbox, target: str) -> str:
+    """What a sandbox runs commands with, in one line: its `python3` and `python` (version, path, whether a
+    venv), its image or backend, and the setup each target runs first. Probes `target` once (its setup has
+    run by then, so the probe costs one command).
+
+    Args:
+        sandbox: the open sandbox.
+        target: a target that has already run a command.
+
+    Returns:
+        E.g. "python3 is Python 3.11.2 (/opt/gagar-env/bin/python3, a venv); python is ...; image
+        gagar/env:x; each target ran `pip install -e .` first". A probe that fails is named, not raised.
+    """
+    try:
+        probe = sandbox.exec(target, _INTERPRETER_PROBE, timeout=30)
+        found = probe.stdout.splitlines() if probe.exit_code == 0 else []
+        problem = "" if found else f"exit {probe.exit_code}: {cap_text(probe.stderr.strip(), 200)}"
+    except SandboxError as exc:
+        found, problem = [], str(exc)
+    parts = []
+    for line in found:
+        fields = line.split()
+        if len(fields) == 4:
+            name, path, version, venv = fields
+            parts.append(f"{name} is Python {version} ({path}{', a venv' if venv == '1' else ''})")
+        elif fields:
+            parts.append(
+                f"{fields[0]} is not installed" if len(fields) == 1 else f"{fields[0]} is {fields[1]}"
+            )
+    if not parts:
+        parts.append(f"the interpreter probe failed ({problem})")
+    image = getattr(sandbox, "image", None)  # only image-based backends have one
+    parts.append(f"image {image}" if image else f"{sandbox.backend} backend, no image")
+    if sandbox.setup:
+        parts.append(f"each target ran `{cap_text(sandbox.setup, 200)}` before its first command")
+    return "; ".join(parts)
 
 
 def same_failure(results: list[Any]) -> str:
