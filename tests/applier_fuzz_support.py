@@ -62,17 +62,21 @@ def _git(git_dir: Path, *args: str, env: dict[str, str] | None = None, input: by
 class Oracle:
     """git and the in-process applier, side by side, on the trees of one repository.
 
+    Neither writes to that repository: git works in a scratch repository that borrows its objects (where the
+    odd base trees go too), and the applier in another that borrows the scratch one's.
+
     Args:
-        git_dir: a SHA-1 repository holding the base trees (its objects are borrowed, never written).
-        work: an empty directory for the index files and the applier's repository.
+        source_objects: the `objects` directory of a SHA-1 repository holding the base trees.
+        work: a directory for the two repositories and the index files (made if missing).
     """
 
-    def __init__(self, git_dir: Path, work: Path) -> None:
-        self.git_dir = git_dir
-        self.work = work
-        self.ours_dir = work / "ours.git"
+    def __init__(self, source_objects: Path, work: Path) -> None:
         work.mkdir(parents=True, exist_ok=True)
-        bare.init_bare(self.ours_dir, git_dir / "objects", head="refs/heads/base")
+        self.work = work
+        self.git_dir = work / "git.git"
+        bare.init_bare(self.git_dir, source_objects, head="refs/heads/base")
+        self.ours_dir = work / "ours.git"
+        bare.init_bare(self.ours_dir, self.git_dir / "objects", head="refs/heads/base")
         self.memo = gitobjects.BaseFiles()
         self.buffer = gitobjects.ObjectBuffer()
         self._indexes: dict[str, Path] = {}

@@ -33,9 +33,8 @@ def test_seeded_mutated_patches_never_make_a_tree_git_does_not(make_repo, tmp_pa
     rng = random.Random(25)
     files = synthetic_files(rng)
     repo = make_repo(files)
-    git_dir = repo.path / ".git"
     base_tree = run_git(repo.path, "rev-parse", "HEAD^{tree}").strip()
-    oracle = Oracle(git_dir, tmp_path / "fuzz")
+    oracle = Oracle(repo.path / ".git" / "objects", tmp_path / "fuzz")
     tally = Tally()
     made_here = synthetic_patches(rng, files)
     for _ in range(PATCHES):
@@ -46,7 +45,7 @@ def test_seeded_mutated_patches_never_make_a_tree_git_does_not(make_repo, tmp_pa
         tally.add("synthetic", oracle, base_tree, synthetic)
         for kind, patch in list(mutants(rng, synthetic, 2))[1:]:
             tally.add(kind, oracle, base_tree, patch)
-        odd = odd_base(rng, git_dir, base_tree, touched_paths(real))
+        odd = odd_base(rng, oracle.git_dir, base_tree, touched_paths(real))
         if odd is not None:
             tally.add("odd-base", oracle, odd, real)
     print(tally.table())
