@@ -28,6 +28,8 @@ tests/test_applier_fuzz.py compare tree ids with git's on generated, mutated and
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,10 @@ _HUNK = re.compile(r"@@ -([0-9]+)(?:,([0-9]+))? \+([0-9]+)(?:,([0-9]+))? @@")
 _INDEX = re.compile(r"index [0-9a-f]{7,40}\.\.[0-9a-f]{7,40}(?: (100644|100755))?")
 _MODE_LINE = re.compile(r"(new|deleted) file mode (100644|100755)")
 _UNUSUAL = re.compile(r'[\x00-\x1f"\\\x7f]')
+_NTFS_DOTGIT = re.compile(r"(?:\.git|git~1)[. ]*(?::.*)?", re.IGNORECASE | re.DOTALL)
+"""git's is_ntfs_dotgit: ".git" or "git~1", then only dots and spaces, maybe an NTFS stream (":...")."""
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+"""The code points HFS+ drops from names (git's is_hfs_dotgit skips them when it looks for ".git")."""
 _LARGEST_LINE_NUMBER = 2**31 - 2
 """git keeps a hunk's position in an int: larger numbers are read differently, so they are declined."""
 _MIN_MARKER_BYTES = 13
@@ -92,11 +98,16 @@ def _path_of(header: str) -> str:
 
 
 def _unusual_component(part: str) -> bool:
-    """Whether a path component is one git refuses or reads differently: empty, "." or "..", what Windows
-    would take for ".git" (git's core.protectNTFS is on everywhere: ".git.", "git~1", ...), or one with a
+    """Whether a path component is one git refuses or reads differently: empty, "." or "..", one Windows
+    would take for ".git" (git's core.protectNTFS is on everywhere: ".git.", "GIT~1", ".git::$DATA"), one
+    holding a character macOS ignores in names (core.protectHFS, on there: ".g\u200cit"), or one with a
     space at either end (git's name parsing trims some)."""
-    lower = part.lower()
-    return part in ("", ".", "..") or lower.startswith((".git", "git~")) or part != part.strip(" ")
+    return (
+        part in ("", ".", "..")
+        or _NTFS_DOTGIT.fullmatch(part) is not None
+        or _HFS_IGNORED.search(part) is not None
+        or part != part.strip(" ")
+    )
 
 
 def _is_marker(line: str) -> bool:
@@ -266,24 +277,64 @@ def apply_hunks(base: str, change: FileChange) -> str:
     return "".join(image)
 
 
-def _rewritable_tree(directory: str, body: bytes) -> dict[str, Entry]:
+class _CheckedTrees:
+    """Base trees already read and found rewritable, by id (a tree's content never changes), so that the
+    patches of a build, which share the base's trees, parse and check each one once. Thread-safe; bounded by
+    `max_entries` entries in all (least recently used out first)."""
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self.max_entries = max_entries
+        self._trees: OrderedDict[str, dict[str, Entry] | str] = OrderedDict()
+        self._entries = 0
+        self._lock = threading.Lock()
+
+    def get(self, directory: str, oid: str, body: bytes) -> dict[str, Entry]:
+        """A copy of the tree's entries (the caller may change it).
+
+        Raises:
+            Declined: when git would write the tree back otherwise (`_rewritable_tree`).
+        """
+        with self._lock:
+            known = self._trees.get(oid)
+            if known is not None:
+                self._trees.move_to_end(oid)
+        if known is None:
+            try:
+                known = _rewritable_tree(body)
+            except Declined as why:
+                known = str(why)
+            with self._lock:
+                self._trees[oid] = known
+                self._entries += len(known) if isinstance(known, dict) else 1
+                while self._entries > self.max_entries and len(self._trees) > 1:
+                    _, dropped = self._trees.popitem(last=False)
+                    self._entries -= len(dropped) if isinstance(dropped, dict) else 1
+        if isinstance(known, str):
+            raise Declined(f"tree {directory!r}: {known}")
+        return dict(known)
+
+
+def _rewritable_tree(body: bytes) -> dict[str, Entry]:
     """A base tree's entries, when git would write them back byte for byte once one of them changes.
 
     git rebuilds a tree it rewrites from its index, which holds only canonical modes, sorted, each name once;
     a tree an old tool wrote (100664, a zero-padded 040000, out of order) would come out with another id.
 
     Raises:
-        Declined: when the tree is not in that form.
+        Declined: when the tree is not in that form (the reason without the tree's path).
     """
     try:
         entries = gitobjects.parse_tree(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise Declined(f"tree {directory!r}: not readable ({exc})") from exc
+        raise Declined(f"not readable ({exc})") from exc
     odd = sorted({e.mode for e in entries.values()} - _CANONICAL_MODES)
     if odd or gitobjects.serialize_tree(entries) != body:
         reason = f"modes {odd}" if odd else "entries out of order or repeated"
-        raise Declined(f"tree {directory!r}: {reason}, which git would rewrite")
+        raise Declined(f"{reason}, which git would rewrite")
     return entries
+
+
+_checked_trees = _CheckedTrees()
 
 
 def _parents(path: str) -> list[str]:
@@ -336,7 +387,7 @@ def apply_patch(
                 raise Declined(f"{directory!r} is not a directory in the base (mode {listed.mode})")
         if obj is not None and obj.kind != "tree":
             raise Declined(f"{directory!r} is a {obj.kind} in the base, not a directory")
-        trees[directory] = _rewritable_tree(directory, obj.body) if obj is not None else {}
+        trees[directory] = _checked_trees.get(directory, obj.oid, obj.body) if obj is not None else {}
     for change in changes:
         parent, _, name = change.path.rpartition("/")
         entry = trees[parent].get(name)

@@ -42,6 +42,11 @@ ODD_NAMES = [
     "back\\slash.txt",
     "x b/y.txt",
     "caf\ud800.txt",  # a lone surrogate: no bytes at all
+    ".GIT:stream/x.txt",
+    ".g\u200cit/x.txt",
+    ".github/ci.yml",  # ordinary names close to .git
+    ".gitignore",
+    "git~2/x.txt",
 ]
 """Names a patch may hold; the synthetic base has the first three, so patches to them can apply."""
 
@@ -559,14 +564,26 @@ MUTATIONS: dict[str, Mutation] = {
 """Every mutation class by name ("none" leaves the patch as it is)."""
 
 
-def mutants(rng: random.Random, patch: str, per_patch: int) -> Iterator[tuple[str, str]]:
-    """(class, patch) pairs: the patch itself, then `per_patch` mutants of classes drawn at random."""
+def mutants(
+    rng: random.Random, patch: str, per_patch: int, start: int | None = None
+) -> Iterator[tuple[str, str]]:
+    """(class, patch) pairs: the patch itself, then up to `per_patch` mutants.
+
+    The classes are taken in turn from `start` (drawn at random when None), a class that does not fit the
+    patch giving its turn to the next, so that successive calls with `start` advanced by `per_patch` try
+    every class about equally often.
+    """
     yield "none", patch
     kinds = [k for k in MUTATIONS if k != "none"]
-    for _ in range(per_patch):
-        kind = rng.choice(kinds)
+    first = rng.randrange(len(kinds)) if start is None else start
+    made = 0
+    for step in range(len(kinds)):
+        if made == per_patch:
+            break
+        kind = kinds[(first + step) % len(kinds)]
         mutated = MUTATIONS[kind](rng, patch)
         if mutated is not None and mutated != patch:
+            made += 1
             yield kind, mutated
 
 

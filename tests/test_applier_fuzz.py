@@ -37,9 +37,9 @@ def test_seeded_mutated_patches_never_make_a_tree_git_does_not(make_repo, tmp_pa
     oracle = Oracle(repo.path / ".git" / "objects", tmp_path / "fuzz")
     tally = Tally()
     made_here = synthetic_patches(rng, files)
-    for _ in range(PATCHES):
+    for n in range(PATCHES):
         real = repo.patch(random_edits(rng, files), context=rng.choice([0, 1, 3, 3, 5]))
-        for kind, patch in mutants(rng, real, MUTANTS_PER_PATCH):
+        for kind, patch in mutants(rng, real, MUTANTS_PER_PATCH, start=n * MUTANTS_PER_PATCH):
             tally.add(kind, oracle, base_tree, patch)
         synthetic = next(made_here)
         tally.add("synthetic", oracle, base_tree, synthetic)
