@@ -10,19 +10,26 @@ that first try (apply.c, `apply_one_fragment` / `find_pos`):
   earlier hunks left it;
 - a hunk whose old position is 0 or 1 must match at the file's start, one without trailing context lines
   at its end (git tries only that position then);
-- old lines match byte for byte; "\\ No newline at end of file" takes the newline off the line before it;
-  an empty line in a hunk is an empty context line.
+- old lines match byte for byte, and never a line an earlier hunk wrote (git marks those, LINE_PATCHED);
+  "\\ No newline at end of file" takes the newline off the line before it; an empty line in a hunk is an
+  empty context line.
 
 Whatever falls outside those rules is declined, with the reason, and the workspace hands the patch to git as
-before: a hunk git would look for elsewhere (an offset), renames and copies, mode changes, binary patches,
-symlinks and submodules, quoted or unusual paths, a path touched twice, counts that do not fit the body, text
-around the hunks. A declined patch costs one parse; an accepted one yields exactly the tree git makes
-(tests/test_exactapply.py compares tree ids with git's on generated patches).
+before: a hunk git would look for elsewhere (an offset, an overlap with an earlier hunk), renames and copies,
+mode changes, binary patches, symlinks and submodules, quoted or unusual paths, a path touched twice, counts
+that do not fit the body, text around the hunks, and whatever git itself refuses or reads differently across
+versions (a hunk without a changed line, a short or space-less "\\" marker, a header with other scripts'
+digits, a deletion with new lines, a line without its newline, a name git's path checks refuse), and base
+trees git would rewrite differently (modes it no longer writes, unsorted or duplicate entries). A declined
+patch costs one parse; an accepted one yields exactly the tree git makes (tests/test_exactapply.py and
+tests/test_applier_fuzz.py compare tree ids with git's on generated, mutated and hostile patches).
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +38,22 @@ from grader import gitobjects
 from grader.gitobjects import BaseFiles, Entry
 from grader.hunks import split_lines
 
-_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_INDEX = re.compile(r"index [0-9a-f]{7,64}\.\.[0-9a-f]{7,64}(?: (100644|100755))?")
+# ASCII digits only: `\d` and int() also take other scripts' digits, which git's isdigit() does not.
+_HUNK = re.compile(r"@@ -([0-9]+)(?:,([0-9]+))? \+([0-9]+)(?:,([0-9]+))? @@")
+_INDEX = re.compile(r"index [0-9a-f]{7,40}\.\.[0-9a-f]{7,40}(?: (100644|100755))?")
 _MODE_LINE = re.compile(r"(new|deleted) file mode (100644|100755)")
 _UNUSUAL = re.compile(r'[\x00-\x1f"\\\x7f]')
+_NTFS_DOTGIT = re.compile(r"(?:\.git|git~1)[. ]*(?::.*)?", re.IGNORECASE | re.DOTALL)
+"""git's is_ntfs_dotgit: ".git" or "git~1", then only dots and spaces, maybe an NTFS stream (":...")."""
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+"""The code points HFS+ drops from names (git's is_hfs_dotgit skips them when it looks for ".git")."""
+_LARGEST_LINE_NUMBER = 2**31 - 2
+"""git keeps a hunk's position in an int: larger numbers are read differently, so they are declined."""
+_MIN_MARKER_BYTES = 13
+"""The shortest "\\ ..." marker line (with its newline) every git takes: git 2.47 wants 12 bytes, and more
+than 12 left in the patch when the marker ends a hunk; later versions want 12 bytes and 12 left."""
+_CANONICAL_MODES = frozenset({"100644", "100755", "120000", "160000", "40000"})
+"""The modes git writes in a tree it builds; its index makes any other (100664, 040000, ...) one of these."""
 
 
 class Declined(Exception):
@@ -69,16 +88,45 @@ def _path_of(header: str) -> str:
     if rest != f"a/{path} b/{path}" or not path:
         raise Declined(f"header {header!r}: not the same plain path on both sides")
     parts = path.split("/")
-    if _UNUSUAL.search(path) or any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+    if _UNUSUAL.search(path) or any(_unusual_component(p) for p in parts):
         raise Declined(f"path {path!r}: unusual characters or components")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 (surrogateescape), or a lone surrogate
+        raise Declined(f"path {path!r}: not UTF-8") from None
     return path
+
+
+def _unusual_component(part: str) -> bool:
+    """Whether a path component is one git refuses or reads differently: empty, "." or "..", one Windows
+    would take for ".git" (git's core.protectNTFS is on everywhere: ".git.", "GIT~1", ".git::$DATA"), one
+    holding a character macOS ignores in names (core.protectHFS, on there: ".g\u200cit"), or one with a
+    space at either end (git's name parsing trims some)."""
+    return (
+        part in ("", ".", "..")
+        or _NTFS_DOTGIT.fullmatch(part) is not None
+        or _HFS_IGNORED.search(part) is not None
+        or part != part.strip(" ")
+    )
+
+
+def _is_marker(line: str) -> bool:
+    """Whether git (every version) reads `line` as a "\\ No newline at end of file" marker."""
+    if not (line.startswith("\\ ") and line.endswith("\n")):
+        return False
+    try:
+        return len(line.encode("utf-8", "surrogateescape")) >= _MIN_MARKER_BYTES
+    except UnicodeEncodeError:
+        return False
 
 
 def _read_hunk(lines: list[str], at: int, header: re.Match[str]) -> tuple[_Hunk, int]:
     """Consume one hunk's body exactly as its counts say, as git's parser does."""
-    old_count = int(header.group(2)) if header.group(2) is not None else 1
-    new_count = int(header.group(4)) if header.group(4) is not None else 1
-    hunk = _Hunk(int(header.group(1)), int(header.group(3)))
+    numbers = [int(g) if g is not None else 1 for g in header.group(1, 2, 3, 4)]
+    if max(numbers) > _LARGEST_LINE_NUMBER:
+        raise Declined(f"hunk header {header.group(0)!r}: a number past what git holds")
+    old_start, old_count, new_start, new_count = numbers
+    hunk = _Hunk(old_start, new_start)
     kinds: list[str] = []
     while old_count or new_count:
         if at >= len(lines):
@@ -97,12 +145,17 @@ def _read_hunk(lines: list[str], at: int, header: re.Match[str]) -> tuple[_Hunk,
             new_count -= 1
         kinds.append(kind)
         at += 1
-        if at < len(lines) and lines[at].startswith("\\"):  # "\ No newline at end of file"
+        if at < len(lines) and lines[at].startswith("\\"):
+            # git versions differ on short markers and on one after an empty context line: declined.
+            if not _is_marker(lines[at]) or line == "\n":
+                raise Declined(f"a no-newline marker git may read otherwise: {lines[at][:40]!r}")
             if kind != "+":
                 hunk.old[-1] = hunk.old[-1].removesuffix("\n")
             if kind != "-":
                 hunk.new[-1] = hunk.new[-1].removesuffix("\n")
             at += 1
+    if "+" not in kinds and "-" not in kinds:
+        raise Declined(f"hunk {header.group(0)!r} changes no line (git: corrupt patch)")
     hunk.leading = next((i for i, k in enumerate(kinds) if k != " "), len(kinds))
     hunk.trailing = next((i for i, k in enumerate(reversed(kinds)) if k != " "), len(kinds))
     return hunk, at
@@ -120,6 +173,10 @@ def read_patch(patch: str) -> list[FileChange]:
     Raises:
         Declined: naming the first thing outside the supported forms.
     """
+    if patch and not patch.endswith("\n"):
+        raise Declined("the patch's last line has no newline (git: corrupt patch)")
+    if "\0" in patch:
+        raise Declined("a NUL character in the patch")
     lines = split_lines(patch)
     at = 0
     files: list[FileChange] = []
@@ -131,16 +188,25 @@ def read_patch(patch: str) -> list[FileChange]:
             continue
         path = _path_of(lines[at].rstrip("\n"))
         at += 1
+        index_mode: str | None = None
         action, mode, minus, plus = "modify", None, None, None
+        seen: set[str] = set()
         while at < len(lines) and not lines[at].startswith(("--- ", "@@", "diff --git ")):
             line = lines[at].rstrip("\n")
-            if m := _MODE_LINE.fullmatch(line):
-                action, mode = ("add" if m.group(1) == "new" else "delete"), m.group(2)
-            elif m := _INDEX.fullmatch(line):
-                mode = mode or m.group(1)
-            else:
+            m = _MODE_LINE.fullmatch(line) or _INDEX.fullmatch(line)
+            kind = "index" if m is not None and m.re is _INDEX else "mode"
+            if m is None or kind in seen:
                 raise Declined(f"{path}: extended header {line[:40]!r}")
+            seen.add(kind)
+            if kind == "mode":
+                action, mode = ("add" if m.group(1) == "new" else "delete"), m.group(2)
+            elif m.group(1):
+                index_mode = m.group(1)
             at += 1
+        if index_mode and action != "modify":  # git reads it as the old file's mode
+            raise Declined(f"{path}: a mode on the index line of a file created or deleted")
+        if action == "modify":
+            mode = index_mode
         if at < len(lines) and lines[at].startswith("--- "):
             minus = lines[at].rstrip("\n")[4:]
             has_plus = at + 1 < len(lines) and lines[at + 1].startswith("+++ ")
@@ -164,7 +230,13 @@ def read_patch(patch: str) -> list[FileChange]:
             hunks.append(hunk)
         if action == "modify" and not hunks:
             raise Declined(f"{path}: a change with no hunks")
+        if action == "delete" and any(h.new for h in hunks):  # git: "deleted file still has contents"
+            raise Declined(f"{path}: a deletion whose hunks keep lines")
+        if action == "add" and any(h.old for h in hunks):  # git: "new file depends on old contents"
+            raise Declined(f"{path}: a creation whose hunks need old lines")
         files.append(FileChange(path, action, mode, hunks))
+    if not files:
+        raise Declined("no file in the patch (git: no valid patches)")
     paths = [f.path for f in files]
     for path in paths:
         if paths.count(path) > 1 or any(other.startswith(f"{path}/") for other in paths):
@@ -186,6 +258,7 @@ def apply_hunks(base: str, change: FileChange) -> str:
         Declined: when a hunk's old lines are not at that place (git would search further).
     """
     image = split_lines(base)
+    patched = [False] * len(image)  # the lines earlier hunks wrote: git never matches them again
     for number, hunk in enumerate(change.hunks, start=1):
         if hunk.old_start <= 1:  # git: match_beginning
             at = 0
@@ -197,8 +270,71 @@ def apply_hunks(base: str, change: FileChange) -> str:
             raise Declined(f"{change.path}: hunk {number} must match the whole file")
         if at < 0 or image[at : at + len(hunk.old)] != hunk.old:
             raise Declined(f"{change.path}: hunk {number} is not where its header says")
+        if any(patched[at : at + len(hunk.old)]):
+            raise Declined(f"{change.path}: hunk {number} overlaps lines an earlier hunk wrote")
         image[at : at + len(hunk.old)] = hunk.new
+        patched[at : at + len(hunk.old)] = [True] * len(hunk.new)
     return "".join(image)
+
+
+class _CheckedTrees:
+    """Base trees already read and found rewritable, by id (a tree's content never changes), so that the
+    patches of a build, which share the base's trees, parse and check each one once. Thread-safe; bounded by
+    `max_entries` entries in all (least recently used out first)."""
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self.max_entries = max_entries
+        self._trees: OrderedDict[str, dict[str, Entry] | str] = OrderedDict()
+        self._entries = 0
+        self._lock = threading.Lock()
+
+    def get(self, directory: str, oid: str, body: bytes) -> dict[str, Entry]:
+        """A copy of the tree's entries (the caller may change it).
+
+        Raises:
+            Declined: when git would write the tree back otherwise (`_rewritable_tree`).
+        """
+        with self._lock:
+            known = self._trees.get(oid)
+            if known is not None:
+                self._trees.move_to_end(oid)
+        if known is None:
+            try:
+                known = _rewritable_tree(body)
+            except Declined as why:
+                known = str(why)
+            with self._lock:
+                self._trees[oid] = known
+                self._entries += len(known) if isinstance(known, dict) else 1
+                while self._entries > self.max_entries and len(self._trees) > 1:
+                    _, dropped = self._trees.popitem(last=False)
+                    self._entries -= len(dropped) if isinstance(dropped, dict) else 1
+        if isinstance(known, str):
+            raise Declined(f"tree {directory!r}: {known}")
+        return dict(known)
+
+
+def _rewritable_tree(body: bytes) -> dict[str, Entry]:
+    """A base tree's entries, when git would write them back byte for byte once one of them changes.
+
+    git rebuilds a tree it rewrites from its index, which holds only canonical modes, sorted, each name once;
+    a tree an old tool wrote (100664, a zero-padded 040000, out of order) would come out with another id.
+
+    Raises:
+        Declined: when the tree is not in that form (the reason without the tree's path).
+    """
+    try:
+        entries = gitobjects.parse_tree(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Declined(f"not readable ({exc})") from exc
+    odd = sorted({e.mode for e in entries.values()} - _CANONICAL_MODES)
+    if odd or gitobjects.serialize_tree(entries) != body:
+        reason = f"modes {odd}" if odd else "entries out of order or repeated"
+        raise Declined(f"{reason}, which git would rewrite")
+    return entries
+
+
+_checked_trees = _CheckedTrees()
 
 
 def _parents(path: str) -> list[str]:
@@ -251,7 +387,7 @@ def apply_patch(
                 raise Declined(f"{directory!r} is not a directory in the base (mode {listed.mode})")
         if obj is not None and obj.kind != "tree":
             raise Declined(f"{directory!r} is a {obj.kind} in the base, not a directory")
-        trees[directory] = gitobjects.parse_tree(obj.body) if obj is not None else {}
+        trees[directory] = _checked_trees.get(directory, obj.oid, obj.body) if obj is not None else {}
     for change in changes:
         parent, _, name = change.path.rpartition("/")
         entry = trees[parent].get(name)

@@ -201,14 +201,15 @@ class BaseFiles:
         Args:
             git_dir: a repository that has the tree's objects (directly or through alternates).
             tree: the full id of the root tree.
-            paths: repository paths, without a leading or trailing "/".
+            paths: repository paths, without a leading or trailing "/" (bytes that are not UTF-8 held as
+                surrogateescape text).
 
         Returns:
             path -> object (None for a path that does not exist).
 
         Raises:
             GitError: when git cannot run.
-            ValueError: when git's answer cannot be read.
+            ValueError: when git's answer cannot be read, or a path holds a lone surrogate (no bytes at all).
         """
         found: dict[str, BaseObject | None] = {}
         with self._lock:
@@ -219,8 +220,13 @@ class BaseFiles:
         missing = [p for p in dict.fromkeys(paths) if p not in found]
         if not missing:
             return found
-        specs = "".join(f"{tree}:{path}\n" if path else f"{tree}\n" for path in missing).encode()
-        data = git(["cat-file", "--batch"], git_dir=git_dir, input=specs).stdout
+        # Paths are bytes to git: a name that is not UTF-8 arrives here as surrogateescape text.
+        specs = "".join(f"{tree}:{path}\n" if path else f"{tree}\n" for path in missing)
+        try:
+            raw_specs = specs.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"a path that is no text git can be given: {exc}") from None
+        data = git(["cat-file", "--batch"], git_dir=git_dir, input=raw_specs).stdout
         at = 0
         read: dict[str, BaseObject | None] = {}
         for path in missing:

@@ -36,11 +36,37 @@ def ensure_final_newline(patch: str) -> str:
     return patch if not patch or patch.endswith("\n") else patch + "\n"
 
 
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+_OCTAL_BYTE = re.compile(r"[0-3][0-7]{2}")
+
+
 def _unquote(path: str) -> str:
-    if len(path) >= 2 and path[0] == '"' and path[-1] == '"':
-        # git C-quotes unusual names; decode escapes so the checks see the real bytes.
-        return path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
-    return path
+    """A name git C-quoted (`"a/caf\\303\\251.txt"`, as core.quotepath makes it) as the name it stands for.
+
+    Octal escapes are bytes: the result is those bytes read as UTF-8, bytes that are not UTF-8 kept as
+    surrogateescape, the way a raw name in a patch reads. A name without quotes, or with an escape git would
+    not write, comes back as it is.
+    """
+    if not (len(path) >= 2 and path[0] == '"' and path[-1] == '"'):
+        return path
+    body, raw, at = path[1:-1], bytearray(), 0
+    try:
+        while at < len(body):
+            char = body[at]
+            if char != "\\":
+                raw += char.encode("utf-8", "surrogateescape")
+                at += 1
+            elif body[at + 1 : at + 2] in _C_ESCAPES:
+                raw.append(_C_ESCAPES[body[at + 1]])
+                at += 2
+            elif _OCTAL_BYTE.fullmatch(body[at + 1 : at + 4]):
+                raw.append(int(body[at + 1 : at + 4], 8))
+                at += 4
+            else:
+                return path
+    except UnicodeEncodeError:  # a lone surrogate: no bytes to decode
+        return path
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def strip_prefix(path: str) -> str:
@@ -196,10 +222,16 @@ def validate(patch: str, max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> PatchSet:
     """All checks a patch passes before git sees it; returns the parsed patch.
 
     Raises:
-        PatchError: the patch is over `max_bytes`, holds a NUL byte, names a path or symlink that leaves the
-            repository (`check_paths`, `check_symlinks`), does not parse, or is no unified diff.
+        PatchError: the patch is not UTF-8 text (a lone surrogate), is over `max_bytes`, holds a NUL byte,
+            names a path or symlink that leaves the repository (`check_paths`, `check_symlinks`), does not
+            parse, or is no unified diff.
     """
-    size = len(patch.encode("utf-8", "surrogateescape"))
+    try:
+        size = len(patch.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\\ud800" is valid JSON): no bytes git can take
+        raise PatchError(
+            f"patch is not UTF-8 text: {patch[exc.start : exc.end]!r} at character {exc.start}"
+        ) from None
     if size > max_bytes:
         raise PatchError(f"patch is {size:,} bytes, over the cap of {max_bytes:,}")
     if "\x00" in patch:

@@ -108,7 +108,11 @@ def git_tree(repo: RepoFactory, patch: str, tmp: Path) -> str | None:
     env = safe_env({"GIT_INDEX_FILE": str(tmp / "git.index")})
     subprocess.run(["git", "read-tree", repo.base], cwd=repo.path, env=env, check=True)
     applied = subprocess.run(
-        ["git", "apply", "--cached", "-"], cwd=repo.path, env=env, input=patch.encode(), capture_output=True
+        ["git", "apply", "--cached", "-"],
+        cwd=repo.path,
+        env=env,
+        input=patch.encode("utf-8", "surrogateescape"),
+        capture_output=True,
     )
     if applied.returncode != 0:
         return None
@@ -272,3 +276,135 @@ def test_a_file_under_a_submodule_is_declined(make_repo, tmp_path: Path) -> None
     )
     with pytest.raises(exactapply.Declined, match="not a directory in the base"):
         ours(repo, patch, git_dir, gitobjects.BaseFiles())
+
+
+# -- hostile patches: one case per class a differential fuzz against git found (issue 25) --------------------
+
+TEN_LINES = "".join(f"l{i}\n" for i in range(1, 11))
+_F = "diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n"
+HOSTILE = {
+    # Two hunks sharing the context line l4: git marks the lines a hunk wrote and refuses to match them again.
+    "overlapping-hunks": _F
+    + "@@ -1,4 +1,4 @@\n l1\n-l2\n+L2\n l3\n l4\n@@ -4,3 +4,3 @@\n l4\n-l5\n+L5\n l6\n",
+    # Overlapping, and the second hunk's lines are found again further on: git moves it there.
+    "overlapping-hunks-moved": "diff --git a/h.txt b/h.txt\n--- a/h.txt\n+++ b/h.txt\n"
+    "@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n@@ -3,2 +3,3 @@\n c\n+X\n a\n",
+    # A no-newline marker needs a backslash and a space and at least 12 bytes: git ignores or refuses others.
+    "marker-without-space": _F + "@@ -8,3 +8,3 @@\n l8\n l9\n-l10\n+L10\n\\x\n",
+    "marker-too-short": _F + "@@ -1,3 +1,3 @@\n l1\n-l2\n+L2\n\\ x\n l3\n",
+    "marker-after-blank-context": "diff --git a/g.txt b/g.txt\n--- a/g.txt\n+++ b/g.txt\n"
+    "@@ -1,2 +1,2 @@\n-a\n+b\n\n\\ No newline at end of file\n",
+    # git: "corrupt patch" for a hunk that changes nothing.
+    "context-only-hunk": _F + "@@ -1,2 +1,2 @@\n l1\n l2\n",
+    "empty-hunk": _F + "@@ -3,0 +3,0 @@\n",
+    # str.isdigit and int() take other scripts' digits; git's isdigit does not.
+    "arabic-indic-digits": _F + "@@ -\u0662,3 +\u0662,3 @@\n l2\n-l3\n+L3\n l4\n",
+    # git: "deleted file still has contents" when a deletion's hunk has any new line, even an empty one.
+    "deletion-keeping-an-empty-line": "diff --git a/f.txt b/f.txt\ndeleted file mode 100644\n--- a/f.txt\n"
+    "+++ /dev/null\n@@ -1,10 +0,1 @@\n"
+    + "".join(f"-l{i}\n" for i in range(1, 11))
+    + "+\n\\ No newline at end of file\n",
+    # git: "new file depends on old contents".
+    "creation-with-old-lines": "diff --git a/n.txt b/n.txt\nnew file mode 100644\n--- /dev/null\n"
+    "+++ b/n.txt\n@@ -0,0 +1,1 @@\n+x\n@@ -1,1 +2,1 @@\n x\n",
+    # git needs every line of a patch to end with a newline (the workspace adds it; the API does not).
+    "no-final-newline": _F + "@@ -9,2 +9,2 @@\n l9\n-l10\n+L10",
+    # Windows-reserved spellings of .git that git refuses (core.protectNTFS is on by default).
+    "ntfs-dotgit": "diff --git a/git~1/x b/git~1/x\nnew file mode 100644\n--- /dev/null\n+++ b/git~1/x\n"
+    "@@ -0,0 +1 @@\n+x\n",
+    "trailing-dot-dotgit": "diff --git a/.git./x b/.git./x\nnew file mode 100644\n--- /dev/null\n"
+    "+++ b/.git./x\n@@ -0,0 +1 @@\n+x\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_patch_is_declined_or_applied_exactly_as_git_does(
+    make_repo, tmp_path: Path, name: str
+) -> None:
+    repo = make_repo({"f.txt": TEN_LINES, "g.txt": "a\n\n", "h.txt": "a\nb\nc\n" * 3})
+    git_dir = tmp_path / "ws.git"
+    bare.init_bare(git_dir, repo.path / ".git" / "objects", head="refs/heads/base")
+    patch = HOSTILE[name]
+    expected = git_tree(repo, patch, tmp_path)
+    try:
+        got = ours(repo, patch, git_dir, gitobjects.BaseFiles())
+    except exactapply.Declined:
+        return
+    assert expected is not None, f"git refuses {name}, the in-process applier made {got}"
+    assert got == expected
+
+
+def _raw_tree(entries: list[tuple[str, str, str]]) -> bytes:
+    """A tree object's body exactly as given (mode strings and order unchecked), as old tools wrote them."""
+    return b"".join(f"{mode} {name}".encode() + b"\0" + bytes.fromhex(oid) for mode, name, oid in entries)
+
+
+@pytest.mark.parametrize(
+    "odd", ["100664 blob", "040000 tree", "100775 blob"], ids=["group-writable", "zero-padded-tree", "775"]
+)
+def test_a_base_tree_with_non_canonical_modes_is_declined_or_rewritten_as_git_does(
+    make_repo, tmp_path: Path, odd: str
+) -> None:
+    # Trees written by old tools keep modes git no longer writes; git's index canonicalizes every entry of a
+    # tree it rewrites, so copying them verbatim would make a tree id git never makes (or an unsorted tree).
+    repo = make_repo({"f.txt": TEN_LINES, "d/x.txt": "x\n"})
+    mode, kind = odd.split()
+    blob = run_git(repo.path, "rev-parse", "HEAD:f.txt").strip()
+    subtree = run_git(repo.path, "rev-parse", "HEAD:d").strip()
+    odd_entry = (mode, "d", subtree) if kind == "tree" else (mode, "e.txt", blob)
+    entries = sorted(
+        [("100644", "f.txt", blob), odd_entry, ("100644", "d.txt", blob)],
+        key=lambda e: e[1] + ("/" if e[2] == subtree else ""),
+    )
+    proc = subprocess.run(
+        ["git", "hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+        cwd=repo.path,
+        input=_raw_tree(entries),
+        capture_output=True,
+        check=True,
+    )
+    root = proc.stdout.decode().strip()
+    repo.base = run_git(repo.path, "commit-tree", root, "-m", "old tool").strip()
+    git_dir = tmp_path / "ws.git"
+    bare.init_bare(git_dir, repo.path / ".git" / "objects", head="refs/heads/base")
+    patch = _F + "@@ -1,3 +1,3 @@\n l1\n-l2\n+L2\n l3\n"
+    expected = git_tree(repo, patch, tmp_path)
+    assert expected is not None
+    buffer = gitobjects.ObjectBuffer()
+    for _ in range(2):  # the second time the tree's check comes from the process's memo
+        try:
+            got = exactapply.apply_patch(patch, git_dir, root, gitobjects.BaseFiles(), buffer.add)
+        except exactapply.Declined:
+            continue
+        buffer.flush(git_dir / "objects")
+        assert got == expected
+
+
+def test_a_path_that_is_not_utf8_is_declined_not_raised(make_repo, tmp_path: Path) -> None:
+    # The patch as the workspace holds it: git's bytes decoded with surrogateescape (0xE9 is Latin-1 "é").
+    repo = make_repo({"f.txt": TEN_LINES})
+    git_dir = tmp_path / "ws.git"
+    bare.init_bare(git_dir, repo.path / ".git" / "objects", head="refs/heads/base")
+    name = "caf\udce9.txt"
+    patch = (
+        f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n"
+        "@@ -0,0 +1 @@\n+x\n"
+    )
+    expected = git_tree(repo, patch, tmp_path)
+    try:
+        got = ours(repo, patch, git_dir, gitobjects.BaseFiles())
+    except exactapply.Declined:
+        got = None
+    assert got in (None, expected)
+    lone = patch.replace(name, "caf\ud800.txt")
+    with pytest.raises(exactapply.Declined):
+        ours(repo, lone, git_dir, gitobjects.BaseFiles())
+
+
+def test_names_close_to_dot_git_are_still_applied_in_process(make_repo, tmp_path: Path) -> None:
+    # Only what git refuses is declined: .github, .gitignore and git~2 are ordinary names.
+    repo = make_repo({"README.md": "r\n"})
+    patch = repo.patch({".github/ci.yml": "on: push\n", ".gitignore": "*.pyc\n", "git~2/x": "x\n"})
+    git_dir = tmp_path / "ws.git"
+    bare.init_bare(git_dir, repo.path / ".git" / "objects", head="refs/heads/base")
+    assert ours(repo, patch, git_dir, gitobjects.BaseFiles()) == git_tree(repo, patch, tmp_path)

@@ -220,8 +220,22 @@ def test_verification_rejects_a_branch_that_differs_from_its_patch(
             ),
             "does not apply|invalid",
         ),
+        # A lone surrogate is valid JSON ("\\ud800") but no text git can be given (issue 25).
+        (lambda r: r.patch(FIX).replace("a + b", "a + b  # \ud800"), "invalid patch: .*UTF-8"),
+        (lambda r: r.patch(FIX).replace("pkg/core.py", "pkg/c\ud800re.py"), "invalid patch: .*UTF-8"),
     ],
-    ids=["truncated", "no-header", "dotdot", "absolute", "dot-git", "symlink-out", "huge", "missing-file"],
+    ids=[
+        "truncated",
+        "no-header",
+        "dotdot",
+        "absolute",
+        "dot-git",
+        "symlink-out",
+        "huge",
+        "missing-file",
+        "lone-surrogate",
+        "lone-surrogate-path",
+    ],
 )
 def test_bad_patches_mark_only_their_trajectory(
     repo: RepoFactory, mirrors: MirrorCache, make_patch, error: str

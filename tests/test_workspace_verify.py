@@ -6,6 +6,8 @@ import random
 import re
 import subprocess
 
+import pytest
+
 from grader.mirrors import MirrorCache
 from grader.workspace import open_workspace
 from tests.conftest import FIX, run_git
@@ -180,3 +182,67 @@ def test_seeded_random_fuzzed_patches_are_kept_with_gits_tree(make_repo, mirrors
                 tid
             )
             assert run_git(ws.git_dir, "show", f"{c.commit}:f.txt") == text
+
+
+def _git_tree_of(repo, patch: str) -> str:
+    """The tree plain `git apply --cached` + `write-tree` make of the base with `patch` (git's bytes)."""
+    index = repo.path / ".git" / "verify.index"
+    env = {"GIT_INDEX_FILE": str(index)}
+    subprocess.run(["git", "read-tree", repo.base], cwd=repo.path, env=env, check=True)
+    raw = patch.encode("utf-8", "surrogateescape")
+    subprocess.run(["git", "apply", "--cached", "-"], cwd=repo.path, env=env, input=raw, check=True)
+    tree = subprocess.run(["git", "write-tree"], cwd=repo.path, env=env, capture_output=True, check=True)
+    return tree.stdout.decode().strip()
+
+
+# A name git quotes in its output (core.quotepath), one with a space and a quote, and one whose bytes are not
+# UTF-8 (0xE9, Latin-1 "é"; Python holds it as the surrogate U+DCE9, as it holds any undecodable file name).
+ODD_NAMES = ["café.txt", 'dir é/a "b".txt', "caf\udce9.txt"]
+
+
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def _c_unquoted(quoted: str) -> str:
+    """A name git C-quoted ("a\\303\\251"), as the bytes it stands for decoded with surrogateescape."""
+    body, raw, at = quoted[1:-1], bytearray(), 0
+    while at < len(body):
+        if body[at] != "\\":
+            raw += body[at].encode("utf-8", "surrogateescape")
+            at += 1
+        elif body[at + 1] in _C_ESCAPES:
+            raw.append(_C_ESCAPES[body[at + 1]])
+            at += 2
+        else:
+            raw.append(int(body[at + 1 : at + 4], 8))
+            at += 4
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _without_quotes(patch: str) -> str:
+    """`patch` with its quoted header names written raw, as `core.quotepath=false` or a person would."""
+    quoted = re.compile(r'"(?:[^"\\]|\\.)*"')
+    return "".join(
+        quoted.sub(lambda m: _c_unquoted(m.group(0)), line)
+        if line.startswith(("diff --git ", "--- ", "+++ "))
+        else line
+        for line in patch.splitlines(keepends=True)
+    )
+
+
+@pytest.mark.parametrize("quoted", [True, False], ids=["quoted", "raw"])
+@pytest.mark.parametrize("name", ODD_NAMES, ids=["utf8", "space-quote", "latin1"])
+def test_a_patch_to_an_unusual_path_is_kept_with_gits_tree(
+    make_repo, mirrors: MirrorCache, name: str, quoted: bool
+) -> None:
+    repo = make_repo({name: "one\ntwo\n", "new dir/keep.txt": "k\n"})
+    patch = repo.patch({name: "one\n2\n", f"{name}.new": "x\n", "new dir/é.txt": "y\n"})
+    assert patch.startswith('diff --git "a/')  # git's own output quotes each of these names
+    if not quoted:
+        patch = _without_quotes(patch)
+    expected = _git_tree_of(repo, patch)
+    group = repo.group({"t": (patch, True), "f": ("", False)})
+    with open_workspace(group, mirrors=mirrors) as ws:
+        c = ws.candidates["t"]
+        assert c.error is None and c.commit is not None, c.error
+        assert run_git(ws.git_dir, "rev-parse", f"{c.commit}^{{tree}}").strip() == expected
