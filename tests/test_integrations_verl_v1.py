@@ -44,7 +44,9 @@ DP_SIZE = 4  # 11 rows: verl pads the batch with one synthetic row to a multiple
 
 @pytest.fixture(scope="module", autouse=True)
 def transfer_queue():
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    # As a verl run registers gagar's names in its actors (the trainer's TaskRunner, reward-loop workers).
+    hook = {"worker_process_setup_hook": "grader.integrations.verl_plugin.register"}
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, runtime_env=hook)
     # One storage unit: the controller and two units would want more CPUs than the test cluster has.
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
     yield
@@ -291,3 +293,27 @@ def test_v1_validation_is_not_graded() -> None:
     # verl's v1 validation neither balances nor computes advantages, so it never reaches the hooks.
     validate = inspect.getsource(trainer_base.PPOTrainer._validate)
     assert "_balance_batch" not in validate and "_compute_advantage" not in validate
+
+
+def test_ray_setup_hook_registers_both_names_in_verls_actors() -> None:
+    def names_in_a_ray_worker() -> tuple[bool, str, str]:
+        # Nested, so Ray ships it by value: the worker imports nothing of this test module or of gagar.
+        import sys
+
+        from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+        from verl.trainer.ppo import core_algos
+
+        hooked = "grader.integrations.verl_plugin" in sys.modules
+        estimator = core_algos.get_adv_estimator_fn("gagar_grpo")
+        manager = get_reward_manager_cls("gagar")
+        return (
+            hooked,
+            f"{estimator.__module__}.{estimator.__name__}",
+            f"{manager.__module__}.{manager.__name__}",
+        )
+
+    assert ray.get(ray.remote(names_in_a_ray_worker).remote()) == (
+        True,
+        "grader.integrations.verl_plugin.gagar_grpo_advantage",
+        "grader.integrations.verl_plugin.GagarRewardManager",
+    )
