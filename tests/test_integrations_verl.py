@@ -371,6 +371,11 @@ def test_attach_fails_loudly_outside_the_supported_verl(monkeypatch) -> None:
                 verl_plugin.attach(grader)
             assert version in str(err.value) and isinstance(err.value, GagarError)
             assert ray_trainer.extract_reward is before  # nothing patched
+            with pytest.raises(verl_plugin.VerlVersionError):
+                gagar_verl.install(weights_by_row([1.0] * 8))
+            assert ray_trainer.compute_advantage is not None and not hasattr(
+                ray_trainer.compute_advantage, "__gagar_original__"
+            )
         monkeypatch.setattr(verl, "__version__", "0.9.7")
         verl_plugin.attach(grader)()
     finally:

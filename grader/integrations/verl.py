@@ -139,8 +139,17 @@ def install(
     """Route verl's trainers through :func:`wrap_compute_advantage`; returns a function that undoes it.
 
     Call it in the driver process before ``trainer.fit()`` (verl computes advantages on the driver).
+    ``compute_advantage`` is looked up by name in both trainer modules, a private contract, so the installed
+    verl must be in :data:`~grader.integrations.verl_plugin.SUPPORTED_VERL`.
+
+    Raises:
+        VerlVersionError: the installed verl is outside the supported range.
     """
     import importlib
+
+    from grader.integrations.verl_plugin import check_verl_version
+
+    check_verl_version()
 
     modules = [importlib.import_module("verl.trainer.ppo.ray_trainer")]
     with contextlib.suppress(ImportError):  # verl releases before the v1 trainer have no v1.utils

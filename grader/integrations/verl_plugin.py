@@ -37,7 +37,8 @@ and, on any mismatch, trains the step on verl's GRPO advantages and says so in t
 
 Multi-output agent loops (v1 keys ``{uid}_{session}_{index}``): verl selects each session's final output
 only for the estimator named ``grpo``; ``gagar_grpo`` does the same selection from the keys the hook
-recorded (GRPO over the final outputs, each session's advantage broadcast to its earlier outputs).
+recorded (GRPO over the final outputs, each session's advantage broadcast to its earlier outputs). With
+nothing attached it has no keys, and ranks every output of a multi-output session as a member of its group.
 """
 
 from __future__ import annotations
