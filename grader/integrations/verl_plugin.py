@@ -117,6 +117,8 @@ def check_verl_version(version: str | None = None) -> str:
 # The reward manager
 # ------------------------------------------------------------------------------------------------------
 
+# The reward manager subclasses verl's, so an unsupported verl must fail here, loudly, before the import.
+check_verl_version()
 from verl.experimental.reward_loop.reward_manager import naive as _naive  # noqa: E402
 
 
