@@ -128,13 +128,25 @@ def test_pass_flag_reward_and_mixed_rows_match_dapo_filter() -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# Grading inside verl's step: submit after extract_reward, collect in compute_advantage
+# Grading inside verl's step, configured by name: reward manager "gagar", estimator "gagar_grpo"
 # ------------------------------------------------------------------------------------------
 
 
+def verl_config(*overrides: str):
+    """verl's own trainer config (its hydra files, as `python -m verl.trainer.main_ppo` composes them)."""
+    import os
+
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose("ppo_trainer", overrides=list(overrides))
+
+
 def verls_own_grpo(batch: DataProto) -> torch.Tensor:
-    """verl's GRPO advantages of a copy of `batch`, computed by its own function (the unwrapped one)."""
-    return ray_trainer.compute_advantage.__gagar_original__(
+    """verl's GRPO advantages of a copy of `batch`, computed by verl's estimator named "grpo"."""
+    return ray_trainer.compute_advantage(
         DataProto.from_dict(
             tensors={k: batch.batch[k].clone() for k in ("response_mask", "token_level_rewards")},
             non_tensors={"uid": batch.non_tensor_batch["uid"]},
@@ -151,11 +163,8 @@ def generated_batch(group_ids: list[str], patches: list[str], scores: list[float
     return verl_reward_batch(group_ids, patches, scores, lengths, task, RESPONSE_LENGTH)
 
 
-def test_grading_overlaps_verls_log_probs_and_lands_in_its_advantages_and_metrics() -> None:
+def example_batch():
     from grader.formats import load_group_file
-    from grader.graders.heuristic import HeuristicGrader
-    from grader.integrations.batch import BatchGrader
-    from grader.pipeline import grade_group_sync
     from tests.conftest import EXAMPLE_GROUP
 
     (example,) = load_group_file(EXAMPLE_GROUP)
@@ -164,74 +173,219 @@ def test_grading_overlaps_verls_log_probs_and_lands_in_its_advantages_and_metric
     uids = ["graded"] * len(ts) + ["all-fail"] * 3
     patches = [t.patch for t in ts] + ["", "", ""]
     scores = [float(bool(t.passed)) for t in ts] + [0.0] * 3
+    return example, (uids, patches, scores, task)
+
+
+def fit_step(batch: DataProto, config) -> tuple[DataProto, torch.Tensor, dict]:
+    """The legacy RayPPOTrainer.fit step from the reward on, with verl's own functions in fit's order and
+    fit's arguments: reward, old log-probs (grading runs meanwhile), advantages by the configured
+    estimator, data metrics. Returns the batch, verl's "grpo" advantages of it, and the metrics."""
+    reward_tensor, extras = ray_trainer.extract_reward(batch)
+    old = DataProto.from_dict(tensors={"old_log_probs": torch.zeros(len(batch), RESPONSE_LENGTH)})
+    batch = batch.union(old)
+    batch.batch["token_level_scores"] = reward_tensor
+    batch.non_tensor_batch.update({k: np.array(v) for k, v in extras.items()})
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    base = verls_own_grpo(batch)
+    batch = ray_trainer.compute_advantage(
+        batch,
+        adv_estimator=config.algorithm.adv_estimator,
+        gamma=config.algorithm.gamma,
+        lam=config.algorithm.lam,
+        num_repeat=config.actor_rollout_ref.rollout.n,
+        norm_adv_by_std_in_grpo=config.algorithm.norm_adv_by_std_in_grpo,
+        config=config.algorithm,
+    )
+    metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
+    return batch, base, metrics
+
+
+def test_legacy_step_configured_by_name_grades_and_redistributes_verls_grpo() -> None:
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations import verl_plugin
+    from grader.integrations.batch import BatchGrader
+    from grader.pipeline import grade_group_sync
+
+    config = verl_config("algorithm.adv_estimator=gagar_grpo", "reward.reward_manager.name=gagar")
+    example, args = example_batch()
     grader = BatchGrader(HeuristicGrader(), gagar_verl.VERL_MAPPING)
     steps: list = []
-    uninstall = gagar_verl.install_grader(grader, deadline=60, on_step=steps.append)
+    detach = verl_plugin.attach(grader, deadline=60, on_step=steps.append)
     try:
-        batch = generated_batch(uids, patches, scores, task)
-        # The order fit() calls them in: reward, then old log-probs (grading runs meanwhile), then advantages.
-        reward_tensor, extras = ray_trainer.extract_reward(batch)
-        assert set(extras) == {"patch", "acc"}
-        validation = generated_batch(uids, patches, scores, task)
+        validation = generated_batch(*args)
         validation.meta_info["validate"] = True  # as verl's _validate marks its batches
         ray_trainer.extract_reward(validation)
-        assert "gagar_trajectory" not in validation.non_tensor_batch  # not submitted
-        old = DataProto.from_dict(tensors={"old_log_probs": torch.zeros(len(scores), RESPONSE_LENGTH)})
-        batch = batch.union(old)
-        batch.reorder(torch.tensor(list(reversed(range(len(scores))))))  # rows may move; ids travel along
-        batch.batch["token_level_scores"] = batch.batch["rm_scores"]
-        batch.batch["token_level_rewards"] = batch.batch["rm_scores"]
-        base = verls_own_grpo(batch)
-        batch = ray_trainer.compute_advantage(batch, adv_estimator="grpo", num_repeat=1)
-        metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
+        assert not grader._owner  # validation is not submitted
+        batch, base, metrics = fit_step(generated_batch(*args), config)
     finally:
-        uninstall()
-    assert ray_trainer.extract_reward.__module__ == "verl.trainer.ppo.reward"
+        detach()
+        grader.close()
+    assert ray_trainer.extract_reward.__module__ == "verl.trainer.ppo.reward"  # detached
     (step,) = steps
-    # The heuristic grader's weights for the example, row by row (rows were reversed after submission).
+    ts = example.trajectories
     named = grade_group_sync(example, HeuristicGrader()).weights
-    submitted = list(reversed(range(len(scores))))
-    assert step.weights.tolist() == [named.get(ts[i].id, 1.0) if i < len(ts) else 1.0 for i in submitted]
+    assert step.weights.tolist() == [named.get(t.id, 1.0) for t in ts] + [1.0] * 3
     mask = batch.batch["response_mask"].numpy()
-    passed = batch.batch["token_level_scores"].sum(-1).numpy() >= 1
+    passed = np.array(args[2]) >= 1
     expected, _ = redistribute_batch(
         base.numpy(), batch.non_tensor_batch["uid"], passed, step.weights, mask, preserve="token"
     )
     np.testing.assert_allclose(batch.batch["advantages"].numpy(), expected, rtol=1e-6)
     assert not np.allclose(expected, base.numpy())
-    assert "gagar_trajectory" not in batch.non_tensor_batch
+    assert torch.equal(batch.batch["returns"], batch.batch["advantages"])
     assert metrics["gagar/graded"] == metrics["gagar/skipped"] == 0.5
     assert "critic/advantages/mean" in metrics  # verl's own metrics are still there
-    grader.close()
+    assert not grader._owner
 
 
-def test_a_step_whose_rows_cannot_be_submitted_trains_on_verls_advantages(caplog) -> None:
-    from grader.formats import load_group_file
+def test_gagar_grpo_with_nothing_attached_is_verls_grpo() -> None:
+    from grader.integrations import verl_plugin
+
+    config = verl_config("algorithm.adv_estimator=gagar_grpo", "algorithm.norm_adv_by_std_in_grpo=false")
+    batch = make_batch(SCORES, UIDS, LENGTHS)
+    expected = ray_trainer.compute_advantage(
+        make_batch(SCORES, UIDS, LENGTHS), adv_estimator="grpo", norm_adv_by_std_in_grpo=False
+    )
+    got = ray_trainer.compute_advantage(
+        batch, adv_estimator=verl_plugin.ADV_ESTIMATOR, config=config.algorithm
+    )
+    assert torch.equal(got.batch["advantages"], expected.batch["advantages"])
+
+
+def test_a_batch_changed_after_submission_trains_on_verls_grpo(caplog) -> None:
     from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations import verl_plugin
     from grader.integrations.batch import BatchGrader
-    from tests.conftest import EXAMPLE_GROUP
 
-    (example,) = load_group_file(EXAMPLE_GROUP)
-    ts = example.trajectories
-    task = {"repo": example.task.repo, "base_commit": example.task.base_commit, "statement": "s"}
-    args = (["g"] * len(ts), [t.patch for t in ts], [float(bool(t.passed)) for t in ts], task)
+    config = verl_config("algorithm.adv_estimator=gagar_grpo")
+    _, args = example_batch()
     grader = BatchGrader(HeuristicGrader(), gagar_verl.VERL_MAPPING)
-    uninstall = gagar_verl.install_grader(grader, deadline=60)
+    detach = verl_plugin.attach(grader, deadline=60)
     try:
-        ray_trainer.extract_reward(generated_batch(*args))
-        # The same groups again before the first were collected (a trainer that re-scores a batch): the
-        # batch grader refuses them, and that must not cost the step.
+        batch = generated_batch(*args)
+        ray_trainer.extract_reward(batch)
+        # A trainer that reorders rows between the reward and the advantages (verl 0.9 does not): the
+        # estimator cannot tell which weight is whose, so it must not apply any.
+        batch.reorder(torch.tensor(list(reversed(range(len(batch))))))
+        batch.batch["token_level_rewards"] = batch.batch["rm_scores"]
+        plain = verls_own_grpo(batch)
+        got = ray_trainer.compute_advantage(batch, adv_estimator="gagar_grpo", config=config.algorithm)
+    finally:
+        detach()
+        grader.close()
+    assert torch.equal(got.batch["advantages"], plain)
+    assert "this step is not graded" in caplog.text and "reordered or changed the batch" in caplog.text
+    assert not grader._owner
+
+
+def test_a_step_whose_rows_cannot_be_submitted_trains_on_verls_grpo(caplog) -> None:
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations import verl_plugin
+    from grader.integrations.batch import BatchGrader
+
+    _, args = example_batch()
+    grader = BatchGrader(HeuristicGrader(), gagar_verl.VERL_MAPPING)
+    detach = verl_plugin.attach(grader, deadline=60)
+    try:
+        grader.submit(gagar_verl.verl_rows(generated_batch(*args)))  # the same groups, submitted elsewhere
         again = generated_batch(*args)
-        ray_trainer.extract_reward(again)
-        assert "gagar_trajectory" not in again.non_tensor_batch
+        ray_trainer.extract_reward(again)  # the batch grader refuses them; that must not cost the step
         assert "this step is not graded: CollectError" in caplog.text
-        again.batch["token_level_scores"] = again.batch["token_level_rewards"] = again.batch["rm_scores"]
+        again.batch["token_level_rewards"] = again.batch["rm_scores"]
         plain = verls_own_grpo(again)
-        got = ray_trainer.compute_advantage(again, adv_estimator="grpo", num_repeat=1).batch["advantages"]
+        got = ray_trainer.compute_advantage(again, adv_estimator="gagar_grpo").batch["advantages"]
         assert torch.equal(got, plain)
     finally:
-        uninstall()
+        detach()
         grader.close()
+
+
+def test_reward_manager_selected_by_name_reports_pass_flag_and_patch(tmp_path) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+    from verl.experimental.reward_loop import migrate_legacy_reward_impl
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    from grader.integrations import verl_plugin
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        "def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+        "    return {'score': float(solution_str == ground_truth), 'patch': 'diff of ' + solution_str}\n"
+    )
+    # verl's legacy spelling, migrated by verl itself to reward.reward_manager.name
+    config = migrate_legacy_reward_impl(
+        verl_config(
+            "reward_model.reward_manager=gagar",
+            f"custom_reward_function.path={reward}",
+            "custom_reward_function.name=score",
+        )
+    )
+    assert config.reward.reward_manager.name == verl_plugin.REWARD_MANAGER
+    words = {"[UNK]": 0, "[PAD]": 1, "fix": 2, "bug": 3}
+    backend = Tokenizer(WordLevel(words, unk_token="[UNK]"))
+    backend.pre_tokenizer = Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")
+    tokenizer.eos_token = "[PAD]"
+    manager = load_reward_manager(config, tokenizer)
+    assert type(manager) is verl_plugin.GagarRewardManager
+
+    def row(words_: list[str]) -> DataProto:
+        ids = torch.tensor([tokenizer.convert_tokens_to_ids(w) for w in words_])
+        return DataProto.from_dict(
+            tensors={
+                "prompts": torch.ones(1, 2, dtype=torch.long),
+                "responses": ids[None],
+                "attention_mask": torch.ones(1, 2 + len(ids), dtype=torch.long),
+            },
+            non_tensors={
+                "data_source": np.array(["swe"], dtype=object),
+                "reward_model": np.array([{"ground_truth": "fix bug"}], dtype=object),
+                "extra_info": np.array([{"repo": "r"}], dtype=object),
+            },
+        )
+
+    passing = manager.loop.run_until_complete(manager.run_single(row(["fix", "bug"])))
+    failing = manager.loop.run_until_complete(manager.run_single(row(["bug"])))
+    assert passing["reward_score"] == 1.0 and failing["reward_score"] == 0.0
+    assert passing["reward_extra_info"]["acc"] == 1.0 and failing["reward_extra_info"]["acc"] == 0.0
+    assert passing["reward_extra_info"]["patch"] == "diff of fix bug"
+
+
+def test_attach_fails_loudly_outside_the_supported_verl(monkeypatch) -> None:
+    import verl
+
+    from grader.errors import GagarError
+    from grader.graders.heuristic import HeuristicGrader
+    from grader.integrations import verl_plugin
+    from grader.integrations.batch import BatchGrader
+
+    before = ray_trainer.extract_reward
+    grader = BatchGrader(HeuristicGrader(), gagar_verl.VERL_MAPPING)
+    try:
+        for version in ("0.10.0", "0.8.5", "1.0.0", "not-a-version"):
+            monkeypatch.setattr(verl, "__version__", version)
+            with pytest.raises(verl_plugin.VerlVersionError, match=r"support verl >=0\.9\.0,<0\.10") as err:
+                verl_plugin.attach(grader)
+            assert version in str(err.value) and isinstance(err.value, GagarError)
+            assert ray_trainer.extract_reward is before  # nothing patched
+            with pytest.raises(verl_plugin.VerlVersionError):
+                gagar_verl.install(weights_by_row([1.0] * 8))
+            assert ray_trainer.compute_advantage is not None and not hasattr(
+                ray_trainer.compute_advantage, "__gagar_original__"
+            )
+        monkeypatch.setattr(verl, "__version__", "0.9.7")
+        verl_plugin.attach(grader)()
+    finally:
+        grader.close()
+    assert ray_trainer.extract_reward is before
+
+
+def test_install_grader_is_gone_with_a_migration_note() -> None:
+    with pytest.raises(AttributeError, match="verl_plugin.attach.*adv_estimator=gagar_grpo"):
+        gagar_verl.install_grader  # noqa: B018
 
 
 def test_preserve_follows_verls_loss_aggregation() -> None:

@@ -1,4 +1,5 @@
-"""install_grader in verl's v1 trainer: verl's own PPOTrainer.step on a local Ray + TransferQueue, on CPU.
+"""gagar in verl's v1 trainer, configured by name (``algorithm.adv_estimator=gagar_grpo``): verl's own
+``PPOTrainer.step`` on a local Ray + TransferQueue, on CPU.
 
 The rollout is written to TransferQueue as v1's agent loop writes it (one row per agent-loop output, keyed
 ``{uid}_{session}_{index}``, the reward and the reward function's extras already in each row), and the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,12 +29,12 @@ trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base", reason="v
 from omegaconf import OmegaConf  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo import ray_trainer  # noqa: E402
-from verl.trainer.ppo.v1 import utils as v1_utils  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from grader.formats import load_group_file  # noqa: E402
 from grader.graders.heuristic import HeuristicGrader  # noqa: E402
 from grader.integrations import verl as gagar_verl  # noqa: E402
+from grader.integrations import verl_plugin  # noqa: E402
 from grader.integrations.batch import BatchGrader  # noqa: E402
 from grader.pipeline import grade_group_sync  # noqa: E402
 from tests.conftest import EXAMPLE_GROUP  # noqa: E402
@@ -42,7 +44,9 @@ DP_SIZE = 4  # 11 rows: verl pads the batch with one synthetic row to a multiple
 
 @pytest.fixture(scope="module", autouse=True)
 def transfer_queue():
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    # As a verl run registers gagar's names in its actors (the trainer's TaskRunner, reward-loop workers).
+    hook = {"worker_process_setup_hook": "grader.integrations.verl_plugin.register"}
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, runtime_env=hook)
     # One storage unit: the controller and two units would want more CPUs than the test cluster has.
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
     yield
@@ -168,41 +172,65 @@ class Recording(BatchGrader):
 
 
 def originals() -> list[Any]:
+    """The verl functions gagar's hooks wrap (its private ones, version-checked)."""
     return [
         ray_trainer.extract_reward,
-        ray_trainer.compute_advantage,
         ray_trainer.compute_data_metrics,
-        v1_utils.compute_advantage,
-        trainer_base.compute_advantage_for_multi_trajectories,
         trainer_base.PPOTrainer.__dict__["_balance_batch"],
-        trainer_base.PPOTrainer.__dict__["_compute_advantage"],
     ]
 
 
-def test_v1_step_submits_after_the_reward_and_redistributes_its_grpo_advantages() -> None:
-    # verl alone first: the advantages the graded step must redistribute.
-    rollout, info = put_rollout()
-    keys = rollout.batch.keys
-    verl_metrics: dict = {}
-    make_trainer(rollout).step(verl_metrics, {})
-    base, mask = read(keys, "advantages", "response_mask")
+@dataclass
+class StepRun:
+    """One v1 step by verl alone (`verl_estimator`), then the same rollout graded (`adv_estimator`)."""
 
-    before = originals()
-    grader = Recording(HeuristicGrader(), gagar_verl.VERL_MAPPING)
-    steps: list = []
-    uninstall = gagar_verl.install_grader(grader, deadline=60, on_step=steps.append)
-    try:
-        rollout, _ = put_rollout()
-        metrics: dict = {}
-        batch = make_trainer(rollout).step(metrics, {})
-    finally:
-        uninstall()
-        grader.close()
-    assert originals() == before
+    keys: list[str]
+    info: dict[str, Any]
+    base: np.ndarray
+    """verl's advantages, (rows, response_length)."""
+    mask: np.ndarray
+    verl_metrics: dict
+    grader: Recording
+    steps: list
+    metrics: dict
+    batch: Any
+
+
+@pytest.fixture
+def run_step():
+    """Runs :class:`StepRun`'s two steps; checks the hooks are gone afterwards."""
+
+    def run(adv_estimator: str, verl_estimator: str = "grpo") -> StepRun:
+        rollout, info = put_rollout()
+        verl_metrics: dict = {}
+        make_trainer(rollout, verl_estimator).step(verl_metrics, {})
+        base, mask = read(rollout.batch.keys, "advantages", "response_mask")
+        before = originals()
+        grader = Recording(HeuristicGrader(), gagar_verl.VERL_MAPPING)
+        steps: list = []
+        detach = verl_plugin.attach(grader, deadline=60, on_step=steps.append)
+        try:
+            rollout, _ = put_rollout()
+            metrics: dict = {}
+            batch = make_trainer(rollout, adv_estimator).step(metrics, {})
+        finally:
+            detach()
+            grader.close()
+        assert originals() == before
+        assert not grader._owner  # nothing left pending
+        keys = list(rollout.batch.keys)
+        return StepRun(keys, info, base, mask, verl_metrics, grader, steps, metrics, batch)
+
+    return run
+
+
+def test_v1_step_configured_by_name_submits_after_the_reward_and_redistributes_verls_grpo(run_step) -> None:
+    run = run_step(verl_plugin.ADV_ESTIMATOR)
+    keys, info, base, mask = run.keys, run.info, run.base, run.mask
 
     # Submitted once, at the balance step: after the reward (rows carry its pass flag and the patch from its
     # extra info), before old log-probs; one row per session (its final output), no padding rows.
-    ((rows, had_old_log_probs),) = grader.submitted
+    ((rows, had_old_log_probs),) = run.grader.submitted
     assert not had_old_log_probs
     names, example = info["names"], info["example"]
     earlier_key = next(k for k in keys if names[k] == info["two_outputs"] and k.endswith("_0"))
@@ -214,10 +242,11 @@ def test_v1_step_submits_after_the_reward_and_redistributes_its_grpo_advantages(
         assert row["passed"] == bool(t and t.passed)
         assert row["patch"] == (t.patch if t else "")
         assert row["extra_info"]["repo"] == example.task.repo
-    assert len(batch) == len(keys) + 1  # verl's padding row went through the step, ungraded
+    assert len(run.batch) == len(keys) + 1  # verl's padding row went through the step, ungraded
 
-    # The graded advantages: verl's, redistributed by the heuristic grader's weights over the final outputs.
-    (step,) = steps
+    # The graded advantages: verl's GRPO (estimator "grpo", which ranks each session's final output),
+    # redistributed by the heuristic grader's weights over the final outputs.
+    (step,) = run.steps
     weights = grade_group_sync(example, HeuristicGrader()).weights
     final = [keys.index(k) for k in finals]
     uids = np.array([k.rsplit("_", 2)[0] for k in finals], dtype=object)
@@ -237,34 +266,54 @@ def test_v1_step_submits_after_the_reward_and_redistributes_its_grpo_advantages(
     np.testing.assert_allclose(returns, got)
 
     # Metrics in v1's step metrics (aggregated over its local steps and logged by fit), next to verl's own.
-    assert metrics["gagar/graded"] == metrics["gagar/skipped"] == 0.5
-    assert step.metrics["gagar/groups"] == metrics["gagar/groups"] == 2
-    assert set(verl_metrics) < set(metrics)
-    assert not grader._owner  # nothing left pending
+    assert run.metrics["gagar/graded"] == run.metrics["gagar/skipped"] == 0.5
+    assert step.metrics["gagar/groups"] == run.metrics["gagar/groups"] == 2
+    assert set(run.verl_metrics) < set(run.metrics)
 
 
-def test_v1_other_estimators_pass_through_and_validation_is_not_graded() -> None:
-    rollout, _ = put_rollout()
-    make_trainer(rollout, "rloo").step({}, {})
-    (base,) = read(rollout.batch.keys, "advantages")
+def test_v1_other_estimators_are_untouched_and_the_submission_discarded(run_step) -> None:
+    run = run_step("rloo", verl_estimator="rloo")
+    (got,) = read(run.keys, "advantages")
+    np.testing.assert_array_equal(got, run.base)  # RLOO untouched
+    assert len(run.grader.submitted) == 1 and run.steps == []  # submitted, never collected, discarded
+    assert not any(name.startswith("gagar/") for name in run.metrics)
 
+
+def test_v1_validation_is_not_graded() -> None:
     grader = Recording(HeuristicGrader(), gagar_verl.VERL_MAPPING)
-    steps: list = []
-    uninstall = gagar_verl.install_grader(grader, deadline=60, on_step=steps.append)
+    detach = verl_plugin.attach(grader, deadline=60)
     try:
-        rollout, _ = put_rollout()
-        metrics: dict = {}
-        make_trainer(rollout, "rloo").step(metrics, {})
         # A validation rollout, were a trainer to balance it: not submitted.
         val, _ = put_rollout("val")
         make_trainer(val)._balance_batch(val.sample(1, "val", 2)[0], metrics={})
     finally:
-        uninstall()
+        detach()
         grader.close()
-    (got,) = read(rollout.batch.keys, "advantages")
-    np.testing.assert_array_equal(got, base)  # RLOO untouched
-    assert len(steps) == 1 and len(grader.submitted) == 1  # graded, collected, discarded; no validation
-    assert "gagar/groups" in metrics and not grader._owner
+    assert grader.submitted == []
     # verl's v1 validation neither balances nor computes advantages, so it never reaches the hooks.
     validate = inspect.getsource(trainer_base.PPOTrainer._validate)
     assert "_balance_batch" not in validate and "_compute_advantage" not in validate
+
+
+def test_ray_setup_hook_registers_both_names_in_verls_actors() -> None:
+    def names_in_a_ray_worker() -> tuple[bool, str, str]:
+        # Nested, so Ray ships it by value: the worker imports nothing of this test module or of gagar.
+        import sys
+
+        from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+        from verl.trainer.ppo import core_algos
+
+        hooked = "grader.integrations.verl_plugin" in sys.modules
+        estimator = core_algos.get_adv_estimator_fn("gagar_grpo")
+        manager = get_reward_manager_cls("gagar")
+        return (
+            hooked,
+            f"{estimator.__module__}.{estimator.__name__}",
+            f"{manager.__module__}.{manager.__name__}",
+        )
+
+    assert ray.get(ray.remote(names_in_a_ray_worker).remote()) == (
+        True,
+        "grader.integrations.verl_plugin.gagar_grpo_advantage",
+        "grader.integrations.verl_plugin.GagarRewardManager",
+    )

@@ -1,28 +1,41 @@
-"""verl: grading inside the training step, overlapping verl's log-prob computation.
+"""verl: GAGAR turned on in the trainer's config, grading inside the step while verl computes log-probs.
 
-`install_grader` wraps three functions of verl's RayPPOTrainer step: the reward step (`extract_reward`)
-submits the batch to a background grader, verl then computes its log-probs while the group is graded, and
-`compute_advantage` collects the weights (waiting at most the deadline) and redistributes verl's own GRPO
-advantages; `compute_data_metrics` adds the grader's `gagar/...` metrics to verl's metrics dict. Here the
-batch is the bundled example group (examples/inventory_group.json) as the reward step leaves it: the task
-in each dataset row's `extra_info`, the patch and pass flag returned by the reward function. The log-prob
-step is stood in by a 1 s sleep (no model here). The same `install_grader` call hooks verl's v1 trainer
-(`verl.trainer.ppo.v1`), whose step keeps its batch in TransferQueue; tests/test_integrations_verl_v1.py
-runs that step. Run: python examples/integrations/verl_grpo.py (needs verl).
+`grader.integrations.verl_plugin` registers, through verl's own registries, the advantage estimator
+`gagar_grpo` (verl's GRPO, then the grader's weights redistributed) and the reward manager `gagar` (verl's
+`naive` one that also reports the pass flag and the patch). A training run selects them by name:
+
+    python -m verl.trainer.main_ppo algorithm.adv_estimator=gagar_grpo reward.reward_manager.name=gagar \
+        +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=grader.integrations.verl_plugin.register
+
+and `verl_plugin.attach(BatchGrader(...))` in the trainer process submits each step's rows as soon as the
+rewards are known. Here the step of verl's legacy RayPPOTrainer.fit runs from the reward on with verl's own
+functions and its own config (composed from verl's hydra files with the overrides above): the batch is the
+bundled example group (examples/inventory_group.json) as the reward step leaves it, the log-prob step is
+stood in by a 1 s sleep (no model here). tests/test_integrations_verl_v1.py runs the v1 trainer's step.
+Run: python examples/integrations/verl_grpo.py (needs verl).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
+import verl
+from hydra import compose, initialize_config_dir
 from verl.trainer.ppo import ray_trainer
 
 from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
+from grader.integrations import verl_plugin
 from grader.integrations.batch import BatchGrader
-from grader.integrations.verl import VERL_MAPPING, install_grader
+from grader.integrations.verl import VERL_MAPPING
 from grader.testing import verl_reward_batch
+
+with initialize_config_dir(os.path.join(os.path.dirname(verl.__file__), "trainer/config"), version_base=None):
+    config = compose(
+        "ppo_trainer", overrides=["algorithm.adv_estimator=gagar_grpo", "reward.reward_manager.name=gagar"]
+    )
 
 (example,) = load_group_file(Path(__file__).resolve().parents[1] / "inventory_group.json")
 trajectories = example.trajectories
@@ -44,21 +57,23 @@ batch = verl_reward_batch(
 )
 
 grader = BatchGrader(HeuristicGrader(), VERL_MAPPING)
-uninstall = install_grader(grader, deadline=30.0)  # preserve="token": verl's default loss is token-mean
+detach = verl_plugin.attach(grader, deadline=30.0)  # preserve="token": verl's default loss is token-mean
 try:
     reward_tensor, _ = ray_trainer.extract_reward(batch)  # submits: grading starts in the background
     time.sleep(1.0)  # verl computes old and reference log-probs here
     batch.batch["token_level_scores"] = reward_tensor
     batch.batch["token_level_rewards"] = reward_tensor
-    before = ray_trainer.compute_advantage.__gagar_original__(batch, adv_estimator="grpo").batch["advantages"]
-    before = before.clone()
-    batch = ray_trainer.compute_advantage(batch, adv_estimator="grpo")  # collects and redistributes
+    before = ray_trainer.compute_advantage(batch, adv_estimator="grpo").batch["advantages"].clone()
+    batch = ray_trainer.compute_advantage(  # collects and redistributes, as fit calls it
+        batch, adv_estimator=config.algorithm.adv_estimator, config=config.algorithm
+    )
     metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
 finally:
-    uninstall()
+    detach()
     grader.close()
 
 after = batch.batch["advantages"]
+print(f"adv_estimator={config.algorithm.adv_estimator} reward_manager={config.reward.reward_manager.name}")
 print(f"advantages: shape {tuple(after.shape)} (bs, response_length); first response token:")
 print("trajectory        passed tokens  before   after")
 for row, t in enumerate(trajectories):
