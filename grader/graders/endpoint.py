@@ -549,7 +549,7 @@ class Endpoint:
                 last = failure
                 continue
             for dropped, form in call.without:
-                self._learn(call, dropped, form, f"{first}, and not without {dropped}")
+                self._learn(call, dropped, form, f"{first} on every attempt with it, a reply without it")
             return reply
         self._fail(call, last)
 

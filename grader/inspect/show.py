@@ -261,6 +261,9 @@ def render_group(console: Console, run: Run, group_id: str, full: bool = False) 
     if result.usage:
         usage = ", ".join(f"{k} {v:,}" for k, v in result.usage.items())
         console.print(Text(f"  usage: {usage}"))
+    lessons = result.details.get("endpoint")
+    for lesson in lessons if isinstance(lessons, list) else []:  # what the endpoint refused, and instead
+        console.print(Text(printable(f"  endpoint learnt: {lesson}"), style="yellow"))
     for tid, hits in result.flags.items():
         for hit in hits:
             console.print(Text(printable(f"  injection flagged in {tid}: {hit}"), style="bold red"))
