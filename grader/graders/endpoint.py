@@ -20,13 +20,14 @@ at "[DONE]" and build a model per chunk, both of which a grading loop pays for o
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -103,8 +104,8 @@ class Traffic:
     """What calls cost in requests, counted as they go (so a call that fails has counted too)."""
 
     requests: int = 0
-    """Requests the server answered or may have seen (a request sent again after a stale connection is not
-    counted)."""
+    """Requests sent: one an attempt, one for each re-ask after a refusal (a request sent again after a stale
+    connection, which never reached the server, counts once)."""
     retries: int = 0
     """Requests sent again after a failure (the extra try without an option included)."""
     slot_wait: float = 0.0
@@ -311,16 +312,10 @@ def _parse_completion(body: Any) -> Reply:
     )
 
 
-def _lines(chunks: Iterator[bytes], first: bytes) -> Iterator[str]:
-    """The body's lines (ended by LF, CRLF or CR, as server-sent events may be), from its first chunk on.
-    Split here from the raw bytes: the HTTP library's line decoder cost more than the rest of reading a
-    reply."""
+def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """The body's lines (ended by LF, CRLF or CR, as server-sent events may be). Split here from the raw
+    bytes: the HTTP library's line decoder cost more than the rest of reading a reply."""
     pending = b""
-    for chunk in [first] if first else []:
-        lines = chunk.splitlines(keepends=True)
-        pending = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
-        for line in lines:
-            yield line.rstrip(b"\r\n").decode("utf-8", "replace")
     for chunk in chunks:
         lines = (pending + chunk).splitlines(keepends=True)
         # A last line without its end waits for the next chunk (so does a lone CR, which may start a CRLF).
@@ -614,13 +609,11 @@ class Endpoint:
                     overflow = context_overflow(failure.status, failure.message, failure.body)
                     if overflow:
                         raise ContextOverflow(overflow) from None
-                    named = [
-                        o for o in OPTIONS if call.shape.carries(o) and _NAMES[o].search(failure.message)
-                    ]
-                    if not named or failure.status in TRANSIENT or not 400 <= failure.status <= 500:
+                    named = _named_refusal(failure, call.shape)
+                    if named is None:
                         raise
-                    form = self._drop(call.shape, named[0])
-                    self._learn(call, named[0], form, str(failure))
+                    form = self._drop(call.shape, named)
+                    self._learn(call, named, form, str(failure))
                     call.traffic.requests += 1
                 except _NoChoices:
                     if not call.shape.stream:
@@ -745,7 +738,7 @@ class Endpoint:
                     )
                 return reply
             assembly = _Assembly()
-            for event in _events(_lines(chunks, first)):
+            for event in _events(_lines(itertools.chain([first], chunks))):
                 if time.monotonic() > call.deadline:
                     raise DeadlinePassed("the deadline passed mid-reply (the stream was closed)")
                 assembly.add(event)
@@ -755,6 +748,18 @@ class Endpoint:
         except httpx.HTTPError as exc:
             message = f"Connection broken mid-reply: the {what} broke off: {type(exc).__name__}: {exc}"
             raise _ConnectionFailure(message) from None
+
+
+def _named_refusal(failure: _StatusFailure, shape: _Shape) -> str | None:
+    """The option of the request a refusal names, if any: a 4xx naming it, or a 500 naming `tool_choice`
+    (llama-cpp-python's server answers some forms so)."""
+    if failure.status in TRANSIENT or not 400 <= failure.status <= 500:
+        return None
+    for option in OPTIONS:
+        answerable = failure.status < 500 or option == "tool_choice"
+        if answerable and shape.carries(option) and _NAMES[option].search(failure.message):
+            return option
+    return None
 
 
 def _blames_options(failure: _Failure) -> bool:
