@@ -73,15 +73,17 @@ def test_a_grading_keeps_one_connection_alive_across_its_streamed_turns() -> Non
         assert server.connections == 1
 
 
-def test_a_stream_that_breaks_off_mid_reply_is_retried(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_reply_that_breaks_off_mid_body_is_retried(tmp_path: Path, stream: bool) -> None:
     def dies_once(request: dict[str, Any], n: int) -> Reply:
         reply = inspector(request, n)
         return Reply(reply.body, cut_after=150) if n == 1 else reply
 
-    result, requests = grade_with(dies_once, tmp_path=tmp_path)
+    result, requests = grade_with(dies_once, tmp_path=tmp_path, stream=stream)
     assert result.status == "graded", result.reason
     retries = [e for e in read_transcript(result.transcript) if e["type"] == "retry"]
-    assert len(retries) == 1 and "stream broke off" in retries[0]["error"]
+    what = "stream" if stream else "reply"
+    assert len(retries) == 1 and f"the {what} broke off" in retries[0]["error"]
     assert requests[1] == requests[2]  # the same turn, asked again
 
 
