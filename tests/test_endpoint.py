@@ -235,6 +235,8 @@ def test_the_bundled_example_on_a_server_that_does_not_stream_with_default_optio
     assert shown.returncode == 0, shown.stderr
     printed = " ".join(shown.stdout.split())  # rich wraps long lines at the width
     assert f"endpoint learnt: {result['details']['endpoint'][0]}" in printed
-    assert (
-        "learnt: streamed replies refused; replies are requested whole" in printed
-    )  # the step, in its place
+    assert "learnt: streamed replies refused; replies are requested whole" in printed  # the transcript's step
+    summary = run_gagar("show", str(tmp_path))
+    assert summary.returncode == 0, summary.stderr
+    lesson = result["details"]["endpoint"][0]
+    assert f"endpoint learnt (1 group(s)): {lesson}" in " ".join(summary.stdout.split())
