@@ -7,7 +7,8 @@ backoff (tenacity). What a server turns out not to support is learnt once per en
 grading's transcript, and not asked again:
 
 - a whole JSON reply to a streamed request is read as the reply (then replies are requested whole);
-- a refusal naming `stream`, `tool_choice` or `response_format` (a 4xx, or a 500) drops that option at once;
+- a refusal naming `stream`, `tool_choice` or `response_format` (a 4xx; for `tool_choice` also a 500) drops
+  that option at once (`tool_choice` other than "auto" becomes "auto");
 - a streamed reply that carries no choices is asked again whole;
 - a server error that lasts through every retry of a request carrying `tool_choice` other than "auto",
   `response_format` or `stream` is tried once more without each of them before the call fails;
@@ -212,7 +213,7 @@ def _message_of(body: Any, text: str) -> str:
     return text.strip()[:500]
 
 
-def context_overflow(status: int, message: str, body: Any) -> str | None:
+def _context_overflow(status: int, message: str, body: Any) -> str | None:
     """The reason to fail with when a server refused a request for not fitting the model's context, else None.
 
     llama.cpp answers 400 `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`; vLLM 400 "This
@@ -606,7 +607,7 @@ class Endpoint:
                     call.resent = True  # once a call: a server that drops every request is an outage
                     call.note("resent", error=str(failure))
                 except _StatusFailure as failure:
-                    overflow = context_overflow(failure.status, failure.message, failure.body)
+                    overflow = _context_overflow(failure.status, failure.message, failure.body)
                     if overflow:
                         raise ContextOverflow(overflow) from None
                     named = _named_refusal(failure, call.shape)
@@ -637,6 +638,7 @@ class Endpoint:
     def _learn(self, call: _Call, option: str, form: str, cause: str) -> None:
         """Remembers that this endpoint refused `form` of `option`, and records it in the call's transcript
         (each grading that meets it says so; the endpoint keeps one lesson)."""
+        cause = cause if len(cause) <= 300 else cause[:300] + "..."
         with self._lock:
             if option == "stream":
                 self._streams = False
