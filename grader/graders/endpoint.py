@@ -472,8 +472,15 @@ class Endpoint:
             return list(self._lessons.values())
 
     def close(self) -> None:
-        """Closes the connection pool (a later call opens a new one)."""
+        """Closes the connection pool; the endpoint takes no call after."""
         self._client.close()
+
+    def __del__(self) -> None:
+        # Graders made per grading (`gagar distill` makes one per sample) would otherwise leave their
+        # kept-alive connections open until the sockets themselves are collected.
+        client = getattr(self, "_client", None)
+        if client is not None:
+            client.close()
 
     # -- the call ------------------------------------------------------------------------------------------
 
