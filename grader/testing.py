@@ -222,11 +222,9 @@ class ScriptedServer:
         drop_kept_alive: bool = False,
     ) -> None:
         self.policy = policy
-        self.streaming, self.forced_tool_choice, self.drop_kept_alive = (
-            streaming,
-            forced_tool_choice,
-            drop_kept_alive,
-        )
+        self.streaming = streaming
+        self.forced_tool_choice = forced_tool_choice
+        self.drop_kept_alive = drop_kept_alive
         self.requests: list[dict[str, Any]] = []
         self.connections = 0
         """TCP connections accepted so far (a client keeping them alive opens one per thread)."""
