@@ -5,6 +5,7 @@ What the grader learns is learnt once per endpoint and recorded in the transcrip
 from __future__ import annotations
 
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -240,3 +241,39 @@ def test_the_bundled_example_on_a_server_that_does_not_stream_with_default_optio
     assert summary.returncode == 0, summary.stderr
     lesson = result["details"]["endpoint"][0]
     assert f"endpoint learnt (1 group(s)): {lesson}" in " ".join(summary.stdout.split())
+
+
+def test_a_server_restarting_mid_grading_is_retried_until_it_is_back(tmp_path: Path) -> None:
+    """The server dies mid-reply on the second turn and comes back on the same port 0.3 s later: the broken
+    reply and the refused connections are retried with backoff, and the grading goes on against the new
+    one."""
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    later: dict[str, ScriptedServer] = {}
+
+    def dies_on_the_second_turn(request: dict[str, Any], n: int) -> Reply:
+        reply = inspector(request, n)
+        if n != 1:
+            return reply
+
+        def restart() -> None:
+            time.sleep(0.3)
+            later["server"] = ScriptedServer(inspector, port=port).start()
+
+        first.stop()  # no longer listening before this reply goes out (this handler runs on its own thread)
+        threading.Thread(target=restart).start()
+        return Reply(reply.body, cut_after=40)
+
+    first = ScriptedServer(dies_on_the_second_turn).start()
+    port = int(first.url.rsplit(":", 1)[1].split("/")[0])
+    budgets = Budgets(retries=10, retry_wait_initial=0.05, retry_wait_max=0.2)
+    grader = LLMGrader("scripted", base_url=first.url, transcript_dir=tmp_path, sandbox=None, budgets=budgets)
+    try:
+        result = grade_group_sync(group, grader)
+    finally:
+        if "server" in later:
+            later["server"].stop()
+    assert result.status == "graded", result.reason
+    errors = [e["error"] for e in events_of(result, "retry")]
+    assert errors[0].startswith("Connection broken mid-reply: the stream broke off")
+    assert any(error.startswith("Connection failed") for error in errors[1:])  # refused while it was down
+    assert len(later["server"].requests) == 3  # the second turn again, then the third and fourth
