@@ -16,6 +16,7 @@ import pytest
 from grader.formats import load_group_file
 from grader.graders.endpoint import Endpoint, EndpointFailed, Traffic
 from grader.graders.llm import Budgets, LLMGrader
+from grader.inspect.steps import to_steps
 from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
 from grader.testing import NOT_STREAMING, Reply, ScriptedServer, error, labels_in, text
@@ -54,6 +55,8 @@ def assert_learnt_once(results: list[GroupResult], option: str, cause: str) -> N
     (known,) = events_of(results[1], "endpoint")
     assert known["learnt"] == [{k: learnt[k] for k in ("option", "refused", "instead", "cause")}]
     assert all(len(r.details["endpoint"]) == 1 and cause in r.details["endpoint"][0] for r in results)
+    titles = [step.title for step in to_steps(read_transcript(results[1].transcript))]
+    assert "endpoint: 1 thing(s) learnt before this grading" in titles  # as `gagar show` prints it
 
 
 def test_a_server_that_refuses_to_stream_is_asked_for_whole_replies(tmp_path: Path) -> None:
@@ -141,6 +144,9 @@ def test_a_server_like_llama_cpp_python_grades_the_bundled_example_with_default_
     learnt = [(e["option"], e["refused"]) for e in events_of(result, "learnt")]
     assert learnt == [("stream", "streamed replies"), ("tool_choice", 'tool_choice "required"')]
     assert len(result.details["endpoint"]) == 2
+    titles = [step.title for step in to_steps(read_transcript(result.transcript))]
+    assert "tried once without tool_choice after: HTTP 500" in titles
+    assert 'learnt: tool_choice "required" refused; "auto" sent instead' in titles
 
 
 def test_a_refused_response_format_is_left_out(tmp_path: Path) -> None:
@@ -173,6 +179,8 @@ def test_a_request_lost_on_a_stale_kept_alive_connection_is_sent_again_at_once(t
     assert result.usage["requests"] == 4 and result.usage["retries"] == 0
     resent = events_of(result, "resent")
     assert len(resent) == 3 and all("Connection closed before a reply" in e["error"] for e in resent)
+    titles = [step.title for step in to_steps(read_transcript(result.transcript))]
+    assert sum(title.startswith("sent again at once (a stale connection)") for title in titles) == 3
     assert events_of(result, "retry") == []  # at once: no backoff
 
 
