@@ -190,10 +190,14 @@ MESSAGES = [{"role": "user", "content": "Hello."}]
 def test_a_request_lost_twice_on_stale_connections_counts_as_an_attempt() -> None:
     """Sent again at once only once a call: a server dropping every request is an outage, retried as one."""
 
-    def slow_then_quick(request: dict[str, Any], n: int) -> Reply:
-        return Reply(text("hi").body, delay=0.3 if n < 2 else 0.0)
+    both_in = threading.Barrier(2, timeout=30)
 
-    with ScriptedServer(slow_then_quick, drop_kept_alive=True) as server:
+    def answers_the_first_two_together(request: dict[str, Any], n: int) -> Reply:
+        if n < 2:
+            both_in.wait()  # both in flight at once, so the client opens two connections
+        return text("hi")
+
+    with ScriptedServer(answers_the_first_two_together, drop_kept_alive=True) as server:
         budgets = Budgets(retries=1, retry_wait_initial=0.01, retry_wait_max=0.02)
         endpoint = Endpoint("scripted", server.url, "x", budgets=budgets)
 
