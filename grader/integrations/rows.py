@@ -276,7 +276,8 @@ def group_rows(parsed: Sequence[ParsedRow]) -> list[RowGroup]:
     """Gather parsed rows into groups (first appearance order) and build each gradable group.
 
     A group is left unbuilt, with the reason, when one of its rows has a problem, its rows disagree on
-    the task, or its ids are not text (a lone surrogate). Each trajectory keeps its row's response length, and ``metadata["row"]`` its row index.
+    the task, or its ids are not text (a lone surrogate). Each trajectory keeps its row's response length,
+    and ``metadata["row"]`` its row index.
 
     Args:
         parsed: rows from `parse_rows`.
