@@ -34,13 +34,19 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gitcmd",
             "prompts",
             "ranking",
+            "ranking_agreement",
             "redistribute",
             "transcript",
         ],
     ),
     ("input", ["models", "formats", "references", "sampling"]),
-    ("workspace", ["patches", "hunks", "exactapply", "gitobjects", "mirrors", "bare", "workspace", "injections"]),
-    ("boundary", ["view", "graders", "graders.base"]),
+    # Below both sides it separates: the workspace makes views, the graders read them. The LLM grader's config
+    # is a plain dataclass that the grader registry names.
+    ("boundary", ["view", "graders", "graders.base", "graders.llm_config", "graders.budgets"]),
+    (
+        "workspace",
+        ["patches", "hunks", "exactapply", "gitobjects", "mirrors", "bare", "workspace", "injections"],
+    ),
     (
         "sandboxes",
         [
@@ -70,8 +76,6 @@ FLOORS: list[tuple[str, list[str]]] = [
             "graders.heuristic",
             "graders.llm",
             "graders.tools",
-            "graders.llm_config",
-            "graders.budgets",
             "graders.signatures",
             "graders.endpoint",
             "cache",
@@ -110,8 +114,16 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("distillation", ["distill", "distill.run", "distill.sft", "distill.augment", "distill.benchmarks"]),
     (
         "viewers",
-        ["inspect", "inspect.run", "inspect.show", "inspect.report", "inspect.trend", "inspect.diff",
-         "inspect.steps", "inspect.assets"],
+        [
+            "inspect",
+            "inspect.run",
+            "inspect.show",
+            "inspect.report",
+            "inspect.trend",
+            "inspect.diff",
+            "inspect.steps",
+            "inspect.assets",
+        ],
     ),
     ("test servers", ["testing", "llamacpp"]),
     (
@@ -222,6 +234,7 @@ def main(root: Path) -> None:
     unplaced = sorted(m for m in known if m not in FLOOR_OF)
     floor = lambda m: FLOOR_OF.get(m, -1)  # noqa: E731
     label = lambda m: m or "grader"  # noqa: E731
+    floor_name = lambda m: FLOORS[floor(m)][0] if floor(m) >= 0 else "no floor"  # noqa: E731
     upward = [
         (src, dst, top)
         for src, targets in edges.items()
@@ -232,13 +245,18 @@ def main(root: Path) -> None:
     print(f"{len(known)} modules, {sum(len(t) for t in edges.values())} arrows")
     if unplaced:
         print("not on any floor:", ", ".join(unplaced))
-    print(f"upward arrows: {sum(1 for e in upward if e[2])} module-level, {sum(1 for e in upward if not e[2])} lazy")
+    eager = sum(1 for edge in upward if edge[2])
+    print(f"upward arrows: {eager} module-level, {len(upward) - eager} lazy")
     for src, dst, top in upward:
         kind = "module" if top else "lazy  "
-        print(f"  {kind} {label(src)} ({FLOORS[floor(src)][0]}) -> {label(dst)} ({FLOORS[floor(dst)][0]})")
+        print(f"  {kind} {label(src)} ({floor_name(src)}) -> {label(dst)} ({floor_name(dst)})")
     graph = {src: {dst for dst, top in targets.items() if top} for src, targets in edges.items()}
     found = cycles(graph)
     print(f"cycles (module-level): {len(found)}")
+    for component in found:
+        print("  " + " <-> ".join(label(m) for m in component))
+    found = cycles({src: set(targets) for src, targets in edges.items()})
+    print(f"cycles (counting lazy imports): {len(found)}")
     for component in found:
         print("  " + " <-> ".join(label(m) for m in component))
 

@@ -18,10 +18,11 @@ from rich.text import Text
 from grader.cache import CachedGrader
 from grader.cli_options import GradingArguments, add_grading_arguments, grading_from_args
 from grader.errors import GagarError, WorkspaceError
-from grader.formats import LoadError, check_inputs, import_swebench, load_groups, write_groups
+from grader.formats import LoadError, check_inputs, load_groups, write_groups
 from grader.graders.base import Grader, get_grader
 from grader.models import GroupResult
 from grader.pipeline import grade_indexed, write_results
+from grader.sandbox.swebench import import_swebench
 from grader.terminal import printable
 from grader.workspace import open_workspace
 

@@ -20,7 +20,7 @@ import pytest
 
 from grader.errors import GagarError, InvalidReference
 from grader.evaluation.benchmark import BenchmarkError, load_benchmark
-from grader.formats import LoadError, load_group_file, load_groups
+from grader.formats import LoadFailure, load_group_file, load_groups
 from grader.graders.base import Grade
 from grader.graders.heuristic import HeuristicGrader
 from grader.integrations import batch as batch_module
@@ -115,7 +115,7 @@ def test_an_id_that_cannot_be_written_fails_its_group_only(tmp_path: Path) -> No
     inputs = tmp_path / "groups.json"
     inputs.write_text(json.dumps([example("good"), bad]))
     loaded = load_groups([inputs])
-    assert isinstance(loaded[0], Group) and isinstance(loaded[1], LoadError)
+    assert isinstance(loaded[0], Group) and isinstance(loaded[1], LoadFailure)
     assert "group_id" in loaded[1].reason
     loaded[1].group_id.encode("utf-8")  # printable, writable: the id is escaped
 
@@ -125,7 +125,7 @@ def test_json_nested_too_deep_is_a_load_error_not_a_crash(tmp_path: Path) -> Non
     inputs.write_text(json.dumps(example("good")) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
     loaded = load_groups([inputs])
     assert isinstance(loaded[0], Group)
-    assert isinstance(loaded[1], LoadError) and "nested" in loaded[1].reason
+    assert isinstance(loaded[1], LoadFailure) and "nested" in loaded[1].reason
 
 
 def test_a_grader_raising_system_exit_in_a_worker_fails_its_group_not_the_batch() -> None:

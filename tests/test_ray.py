@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.formats import LoadError, load_group_file
+from grader.formats import LoadFailure, load_group_file
 from grader.graders.heuristic import HeuristicGrader
 from grader.models import Group, GroupResult
 from tests.conftest import EXAMPLE_GROUP, run_gagar
@@ -53,7 +53,7 @@ class Misbehaving(HeuristicGrader):
 
 def test_groups_spread_over_actors_stream_back() -> None:
     grader = RayGrader(actors=2, per_actor=2)
-    items = [*copies("a", "b", "c", "d"), LoadError("x.jsonl:9", "broken", "invalid JSON")]
+    items = [*copies("a", "b", "c", "d"), LoadFailure("x.jsonl:9", "broken", "invalid JSON")]
     streamed = list(grader.grade_indexed(items))
     assert sorted(i for i, _ in streamed) == [0, 1, 2, 3, 4]
     by_id = {r.group_id: r for _, r in streamed}

@@ -8,7 +8,7 @@ weight per row, in the rows' order, 1.0 for every row whose group was not graded
 unreadable), each with its reason, and the step's metrics.
 
 The guard (:class:`GuardConfig`): the policy is trained against this grader and will learn to please it.
-Trajectories whose patch addresses the grader (``grader.graders.tools.find_injections``) are ranked last
+Trajectories whose patch addresses the grader (``grader.injections.find_injections``) are ranked last
 among the passing ones; a sampled share of groups is graded a second time (fresh labels: the LLM grader
 draws new ones per grading unless its seed is fixed), and when the two gradings agree less than
 ``min_agreement`` (mean Kendall tau-b), or the share of flagged trajectories jumps above its running mean by
@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from grader import ranking_agreement
 from grader.errors import GagarError
-from grader.evaluation import metrics as ranking_metrics
 from grader.graders.base import Grader
-from grader.graders.tools import find_injections
+from grader.injections import find_injections
 from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_rows
 from grader.length import read_step
 from grader.models import Group, GroupResult
@@ -724,7 +724,7 @@ def _agreement(results: dict[str, GroupResult], checks: dict[str, GroupResult]) 
         first = results.get(gid)
         if first is None or first.status != "graded" or check.status != "graded":
             continue
-        value = ranking_metrics.agreement([first.ranking, check.ranking])
+        value = ranking_agreement.agreement([first.ranking, check.ranking])
         if value is not None:
             taus.append(value)
     return float(np.mean(taus)) if taus else None
@@ -739,5 +739,5 @@ def _position_bias(results: dict[str, GroupResult]) -> float | None:
             rankings.append(result.ranking)
     if not shown:
         return None
-    bias = ranking_metrics.position_bias(shown, rankings)
+    bias = ranking_agreement.position_bias(shown, rankings)
     return bias.first_ranked_first - bias.chance

@@ -18,6 +18,8 @@ from grader.errors import SandboxError, SandboxUnavailable
 from grader.registry import Registry
 
 BASE_TARGET = "base"
+DEFAULT_IMAGE = "gagar/python:latest"
+"""The image a docker sandbox runs when the task names none (`gagar images build` makes it)."""
 
 Command = str | Sequence[str]
 """A shell command line (run by `sh -c`) or an argv list (run as is)."""

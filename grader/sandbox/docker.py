@@ -42,8 +42,15 @@ import docker.errors
 
 from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
-from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
-from grader.sandbox.images import DEFAULT_IMAGE
+from grader.sandbox.base import (
+    DEFAULT_IMAGE,
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxError,
+    SandboxUnavailable,
+    TreeSource,
+)
 from grader.sandbox.leftovers import (
     LABEL,
     LABEL_CREATED,
