@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from grader.errors import InputFileError
 from grader.models import Group, Task, Trajectory, complete_group
 from grader.sandbox.environments import tree_setup
 from grader.sandbox.recipes import RecipeError, SpecTables, recipe_for, test_command_for
@@ -93,11 +94,13 @@ def import_swebench(
     read from `tables`, by default the pinned swebench package's).
 
     Raises:
-        ValueError: the predictions and results files do not pair up, or a prediction names an instance the
-            instances file lacks (the message names both files).
+        InputFileError: (a ValueError) the predictions and results files do not pair up, or a prediction
+            names an instance the instances file lacks (the message names both files).
     """
     if len(predictions) != len(results):
-        raise ValueError(f"{len(predictions)} predictions files but {len(results)} results files: pair them")
+        raise InputFileError(
+            f"{len(predictions)} predictions files but {len(results)} results files: pair them"
+        )
     by_instance = {row["instance_id"]: row for row in _read_json_or_jsonl(Path(instances))}
     trajectories: dict[str, list[Trajectory]] = {}
     for prediction_path, result_path in zip(map(Path, predictions), map(Path, results), strict=True):
@@ -105,7 +108,7 @@ def import_swebench(
         for row in _read_json_or_jsonl(prediction_path):
             instance_id = row["instance_id"]
             if instance_id not in by_instance:
-                raise ValueError(f"{prediction_path}: instance {instance_id!r} is not in {instances}")
+                raise InputFileError(f"{prediction_path}: instance {instance_id!r} is not in {instances}")
             system = str(row.get("model_name_or_path") or prediction_path.stem)
             taken = {t.id for t in trajectories.get(instance_id, [])}
             if system in taken:  # two files from one system: keep both, told apart by file
