@@ -1,4 +1,4 @@
-"""Every exception class gagar raises to its callers derives from `GagarError`, so one `except` catches them."""
+"""Every exception class gagar raises to callers derives from `GagarError`: one `except` catches them."""
 
 from __future__ import annotations
 
