@@ -40,9 +40,21 @@ FLOORS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("input", ["models", "formats", "references", "sampling"]),
-    # Below both sides it separates: the workspace makes views, the graders read them. The LLM grader's config
-    # is a plain dataclass that the grader registry names.
-    ("boundary", ["view", "graders", "graders.base", "graders.llm_config", "graders.budgets"]),
+    # Below both sides it separates: the workspace makes views, the graders read them, a sandbox takes a view
+    # as its tree source. The LLM grader's config is a plain dataclass that the grader registry names; its
+    # sandbox is a name in the backends' registry (`sandbox.base`, the interface: no backend).
+    (
+        "boundary",
+        [
+            "view",
+            "graders",
+            "graders.base",
+            "graders.llm_config",
+            "graders.budgets",
+            "sandbox",
+            "sandbox.base",
+        ],
+    ),
     (
         "workspace",
         ["patches", "hunks", "exactapply", "gitobjects", "mirrors", "bare", "workspace", "injections"],
@@ -50,8 +62,6 @@ FLOORS: list[tuple[str, list[str]]] = [
     (
         "sandboxes",
         [
-            "sandbox",
-            "sandbox.base",
             "sandbox.output",
             "sandbox.docker",
             "sandbox.local",

@@ -125,8 +125,9 @@ def add_config_arguments(
             group.add_argument(option.flag, dest=dest, action=action, default=bool(default), help=help_text)
             continue
         choices: list[str] | None = None
-        if "choices" in f.metadata:
-            choices = sorted(f.metadata["choices"])
+        if "choices" in f.metadata:  # a collection, or a callable (a registry's names, read now)
+            given = f.metadata["choices"]
+            choices = sorted(given() if callable(given) else given)
         elif typing.get_origin(kind) is Literal:
             choices = [str(value) for value in typing.get_args(kind)]
         if choices is not None:
@@ -150,7 +151,8 @@ def config_from_args(
             values[f.name] = kind(**config_from_args(kind, args))  # type: ignore[operator]
             continue
         value = getattr(args, f.name)
-        if optional and value == NONE_CHOICE and typing.get_origin(kind) is Literal:
+        has_choices = typing.get_origin(kind) is Literal or "choices" in f.metadata
+        if optional and value == NONE_CHOICE and has_choices:
             value = None
         if value is None and is_required(f):
             continue
