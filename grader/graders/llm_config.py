@@ -19,7 +19,7 @@ class LLMConfig:
     Raises UnknownName when `sandbox` names no registered backend (`grader.sandbox.BACKENDS`)."""
 
     model: str
-    """Model name as the endpoint knows it (required)."""
+    """Model name as the endpoint knows it (the llm grader needs one)."""
     base_url: str | None = None
     """OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (default: the OpenAI API)."""
     api_key: str | None = field(default=None, metadata={"cli": None})
