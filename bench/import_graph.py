@@ -24,6 +24,7 @@ FLOORS: list[tuple[str, list[str]]] = [
         "foundations",
         [
             "errors",
+            "lazy",
             "outcomes",
             "atomic",
             "safenames",

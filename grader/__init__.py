@@ -14,9 +14,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# Each public name and the module that defines it. They load on first use (PEP 562), so `import grader` in a
-# trainer process costs one module, and only what a caller touches is imported: the evaluation package, the
-# sandbox images and recipes and distillation stay unloaded unless asked for.
+from grader.lazy import lazy_exports
+
+# Each public name and the module that defines it. They load on first use (PEP 562, `grader.lazy`), so
+# `import grader` in a trainer process costs two small modules, and only what a caller touches is imported:
+# the evaluation package, the sandbox images and recipes and distillation stay unloaded unless asked for.
 _EXPORTS: dict[str, str] = {
     "CachedGrader": "grader.cache",
     "GradeCache": "grader.cache",
@@ -97,16 +99,10 @@ def __getattr__(name: str) -> Any:
             stacklevel=2,
         )
         return importlib.import_module("grader.formats").LoadFailure
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'grader' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return _exported(name)
 
 
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, "__version__"])
+_exported, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 __all__ = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -21,8 +22,19 @@ def _loaded_after(code: str) -> list[str]:
     return json.loads(done.stdout)
 
 
-def test_import_grader_loads_only_the_package() -> None:
-    assert _loaded_after("import grader") == ["grader"]
+def test_importing_a_package_loads_none_of_its_modules() -> None:
+    assert _loaded_after("import grader") == ["grader", "grader.lazy"]
+    packages = "import grader.evaluation, grader.inspect, grader.integrations"
+    assert _loaded_after(packages) == [
+        "grader",
+        "grader.evaluation",
+        "grader.inspect",
+        "grader.integrations",
+        "grader.lazy",
+    ]
+    assert [
+        m for m in _loaded_after("import grader.evaluation.metrics") if m.startswith("grader.evaluation.")
+    ] == ["grader.evaluation.metrics"]
 
 
 @pytest.mark.parametrize(
@@ -32,6 +44,7 @@ def test_import_grader_loads_only_the_package() -> None:
         "from grader import redistribute_advantages",
         "from grader.integrations import BatchGrader",
         "import grader.length",
+        "from grader.integrations import BatchGrader, RowMapping, redistribute_advantages",
     ],
 )
 def test_what_a_trainer_imports_leaves_the_heavy_floors_unloaded(code: str) -> None:
@@ -39,10 +52,12 @@ def test_what_a_trainer_imports_leaves_the_heavy_floors_unloaded(code: str) -> N
     assert [m for m in loaded if m.startswith(HEAVY)] == []
 
 
-def test_every_public_name_resolves() -> None:
-    for name in grader.__all__:
-        assert getattr(grader, name) is not None, name
-    assert set(grader.__all__) <= set(dir(grader))
+@pytest.mark.parametrize("package", ["grader", "grader.evaluation", "grader.inspect", "grader.integrations"])
+def test_every_public_name_resolves(package: str) -> None:
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+    assert set(module.__all__) <= set(dir(module))
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         grader.nothing_here  # noqa: B018
 
