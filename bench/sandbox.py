@@ -30,7 +30,7 @@ from conftest_sandbox import _commit, _git, make_repo  # noqa: E402
 
 from bench.args import parser_for  # noqa: E402
 from grader.sandbox import open_sandbox  # noqa: E402
-from grader.sandbox.images import DEFAULT_IMAGE  # noqa: E402
+from grader.sandbox.base import DEFAULT_IMAGE  # noqa: E402
 
 
 def timed(fn: Callable[[], object], runs: int) -> list[float]:

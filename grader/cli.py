@@ -15,13 +15,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+import grader
 from grader.cache import CachedGrader
+from grader.cli_examples import add_examples
 from grader.cli_options import GradingArguments, add_grading_arguments, grading_from_args
 from grader.errors import GagarError, WorkspaceError
-from grader.formats import LoadError, check_inputs, import_swebench, load_groups, write_groups
+from grader.formats import LoadError, check_inputs, load_groups, write_groups
 from grader.graders.base import Grader, get_grader
 from grader.models import GroupResult
 from grader.pipeline import grade_indexed, write_results
+from grader.sandbox.swebench import import_swebench
 from grader.terminal import printable
 from grader.workspace import open_workspace
 
@@ -191,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gagar", description="Groupwise Agentic Grading and Advantage Redistribution"
     )
+    parser.add_argument("--version", action="version", version=f"gagar {grader.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     grade = sub.add_parser("grade", help="grade groups and redistribute their advantages")
@@ -238,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_inspect(sub)
     register_simulate(sub)
     register_distill(sub)
+    add_examples(parser)
     return parser
 
 

@@ -1,10 +1,12 @@
 """Command-line options generated from config dataclasses, so every command that grades takes the same ones.
 
 A config field becomes `--field-name` (or the name in `field(metadata={"cli": ...})`; `"cli": None` keeps
-it off the command line), its type gives the argument's type or choices, and the docstring under the field
-is its `--help`. `add_grading_arguments` adds, to any subcommand, the grader choice, every registered
-grader's options, the redistribution options of `GradingOptions` and the resources of `Concurrency`;
-`grading_from_args` reads them back. `gagar grade` and `gagar eval` both use it.
+it off the command line; `"cli_deprecated": "--old-name"` keeps an old spelling working, with a warning),
+its type gives the argument's type or choices, and the docstring under the field is its `--help`, with the
+default appended unless the docstring already states it. `add_grading_arguments` adds, to any subcommand,
+the grader choice, every registered grader's options (in a help group of their own), the redistribution
+options of `GradingOptions` and the resources of `Concurrency`; `grading_from_args` reads them back.
+`gagar grade` and `gagar eval` both use it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import inspect
 import textwrap
 import types
 import typing
+import warnings
 from collections.abc import Collection
 from dataclasses import MISSING, Field, dataclass
 from functools import cache
@@ -28,6 +31,21 @@ from grader.pipeline import GradingOptions
 from grader.registry import is_required
 
 NONE_CHOICE = "none"  # an optional choice (`Literal[...] | None`) takes "none" on the command line
+
+
+class _DeprecatedFlag(argparse.Action):
+    """An old spelling of an option: stores into the new option's dest and warns (FutureWarning: shown to
+    users by default) naming the new spelling."""
+
+    def __init__(self, option_strings: list[str], dest: str, replacement: str, **kwargs: Any) -> None:
+        self.replacement = replacement
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        warnings.warn(f"{option} is deprecated: use {self.replacement}", FutureWarning, stacklevel=2)
+        setattr(namespace, self.dest, values)
 
 
 @cache
@@ -118,15 +136,16 @@ def add_config_arguments(
         f, kind, dest = option.field, option.kind, option.field.name
         default = _default(f)
         help_text = option.doc
-        if default not in (None, False, ""):
+        if default not in (None, False, "") and "(default:" not in help_text:
             help_text += f" (default: {default})"
         if kind is bool:  # a default of True can be turned off: --stream / --no-stream
             action = argparse.BooleanOptionalAction if default is True else "store_true"
             group.add_argument(option.flag, dest=dest, action=action, default=bool(default), help=help_text)
             continue
         choices: list[str] | None = None
-        if "choices" in f.metadata:
-            choices = sorted(f.metadata["choices"])
+        if "choices" in f.metadata:  # a collection, or a callable (a registry's names, read now)
+            given = f.metadata["choices"]
+            choices = sorted(given() if callable(given) else given)
         elif typing.get_origin(kind) is Literal:
             choices = [str(value) for value in typing.get_args(kind)]
         if choices is not None:
@@ -137,6 +156,17 @@ def add_config_arguments(
             continue
         convert = kind if kind in (int, float, str, Path) else str
         group.add_argument(option.flag, dest=dest, type=convert, default=default, help=help_text)
+        old = f.metadata.get("cli_deprecated")
+        if old:
+            group.add_argument(
+                old,
+                dest=dest,
+                type=convert,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+                action=_DeprecatedFlag,
+                replacement=option.flag,
+            )
 
 
 def config_from_args(
@@ -150,7 +180,8 @@ def config_from_args(
             values[f.name] = kind(**config_from_args(kind, args))  # type: ignore[operator]
             continue
         value = getattr(args, f.name)
-        if optional and value == NONE_CHOICE and typing.get_origin(kind) is Literal:
+        has_choices = typing.get_origin(kind) is Literal or "choices" in f.metadata
+        if optional and value == NONE_CHOICE and has_choices:
             value = None
         if value is None and is_required(f):
             continue
@@ -177,7 +208,8 @@ def add_grading_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser.add_argument_group("resources (per process)"), Concurrency)
     for entry in GRADERS.entries():
         if entry.config is not None and dataclasses.fields(entry.config):
-            add_config_arguments(parser.add_argument_group(f"{entry.name} grader"), entry.config)
+            title = f"{entry.name} grader (only with --grader {entry.name})"
+            add_config_arguments(parser.add_argument_group(title), entry.config)
 
 
 @dataclass

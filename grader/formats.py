@@ -1,7 +1,7 @@
 """Reading group files, and importing SWE-bench-style predictions as groups.
 
 A group file is one JSON object (a group), a JSON array of groups, or JSONL (one group a line). Loading never
-stops at a bad group: each entry comes back either as a validated `Group` or as a `LoadError` that names the
+stops at a bad group: each entry comes back either as a validated `Group` or as a `LoadFailure` that names the
 entry and the cause, so one bad line never sinks its batch.
 """
 
@@ -19,16 +19,16 @@ from pydantic_core import PydanticSerializationError
 
 from grader.atomic import write_lines_atomic
 from grader.errors import InputFileError
-from grader.models import DEFAULT_PASS_THRESHOLD, Group, Task, Trajectory, complete_group
-from grader.sandbox.environments import tree_setup
-from grader.sandbox.recipes import RecipeError, SpecTables, recipe_for, test_command_for
+from grader.models import DEFAULT_PASS_THRESHOLD, Group, complete_group
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class LoadError:
-    """An entry of a group file that is not a valid group."""
+class LoadFailure:
+    """An entry of a group file that is not a valid group: a result of loading, returned in place of the group
+    (not raised), so one bad entry costs only itself. Formerly `LoadError` (an alias kept for
+    old imports, deprecated)."""
 
     source: str
     group_id: str
@@ -36,6 +36,10 @@ class LoadError:
 
     def __str__(self) -> str:
         return f"{self.source}: group {self.group_id!r}: {self.reason}"
+
+
+# Deprecated: the old name, for imports written before the rename (`grader.LoadError` warns).
+LoadError = LoadFailure
 
 
 def _describe(exc: ValidationError) -> str:
@@ -140,34 +144,34 @@ def check_inputs(paths: Iterable[Path | str]) -> list[Path]:
 
 def load_groups(
     paths: Iterable[Path | str], pass_threshold: float = DEFAULT_PASS_THRESHOLD
-) -> list[Group | LoadError]:
-    """Every entry of every file, in order, as a Group or a LoadError."""
-    results: list[Group | LoadError] = []
+) -> list[Group | LoadFailure]:
+    """Every entry of every file, in order, as a Group or a LoadFailure."""
+    results: list[Group | LoadFailure] = []
     for path in map(Path, paths):
         try:
             entries = list(_entries(path))
         except (OSError, UnicodeDecodeError) as exc:
-            results.append(LoadError(str(path), "?", f"cannot read: {exc}"))
+            results.append(LoadFailure(str(path), "?", f"cannot read: {exc}"))
             continue
         for location, data in entries:
             if isinstance(data, _Undecodable):
-                results.append(LoadError(location, "?", data.reason))
+                results.append(LoadFailure(location, "?", data.reason))
                 continue
             # An id UTF-8 cannot encode (a lone surrogate) fails its group; the error names it escaped.
             group_id = _printable(str(data.get("group_id", "?"))) if isinstance(data, dict) else "?"
             try:
                 results.append(parse_group(data, base_dir=path.parent, pass_threshold=pass_threshold))
             except ValidationError as exc:
-                results.append(LoadError(location, group_id, _describe(exc)))
+                results.append(LoadFailure(location, group_id, _describe(exc)))
             except ValueError as exc:
-                results.append(LoadError(location, group_id, str(exc)))
+                results.append(LoadFailure(location, group_id, str(exc)))
     return results
 
 
 def load_group_file(path: Path | str) -> list[Group]:
     """The groups of one file; raises ValueError listing every entry that is not a valid group."""
     loaded = load_groups([path])
-    errors = [str(item) for item in loaded if isinstance(item, LoadError)]
+    errors = [str(item) for item in loaded if isinstance(item, LoadFailure)]
     if errors:
         raise ValueError("; ".join(errors))
     return [item for item in loaded if isinstance(item, Group)]
@@ -192,122 +196,3 @@ def _group_line(group: Group) -> str:
 
 
 # -- SWE-bench ----------------------------------------------------------------------------------------------
-
-
-def _read_json_or_jsonl(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(encoding="utf-8").strip()
-    if text.startswith("["):
-        return list(json.loads(text))
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            pass
-        else:
-            # SWE-bench predictions may be one object keyed by instance id.
-            if "instance_id" in data:
-                return [data]
-            return [dict(value, instance_id=key) for key, value in data.items() if isinstance(value, dict)]
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def _resolved_ids(path: Path) -> set[str]:
-    """Resolved instance ids from a SWE-bench harness report (or a plain list of ids)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if isinstance(data, list):
-        return {str(x) for x in data}
-    for key in ("resolved_ids", "resolved"):
-        if isinstance(data.get(key), list):
-            return {str(x) for x in data[key]}
-    # Per-instance reports: {"instance_id": {"resolved": true, ...}, ...}
-    return {key for key, value in data.items() if isinstance(value, dict) and value.get("resolved")}
-
-
-def swebench_environment(instance: dict[str, Any], tables: SpecTables | None = None) -> dict[str, Any]:
-    """The environment fields of an instance's task: interpreter, install recipe and test command.
-
-    The recipe comes from swebench's own specification tables for the instance's (repo, version); the test
-    command runs the test files its `test_patch` touches, as SWE-bench's harness does. An instance the tables
-    do not know keeps no environment (its `run` uses the default image) rather than failing the import.
-
-    Args:
-        instance: one SWE-bench instance row (`repo`, `version`, `test_patch`).
-        tables: the specification tables; None reads the pinned swebench wheel (fetched with pip once).
-
-    Returns:
-        Keyword arguments for `Task`: `python`, `environment`, `test_command`, `setup` (empty when unknown).
-    """
-    if not instance.get("version"):
-        return {}
-    try:
-        recipe = recipe_for(instance["repo"], str(instance["version"]), tables)
-    except RecipeError as exc:
-        log.warning("instance %s: no environment: %s", instance.get("instance_id"), exc)
-        return {}
-    return {
-        "python": recipe.python or None,
-        "environment": recipe.to_dict(),
-        "test_command": test_command_for(recipe, instance.get("test_patch") or "") or None,
-        "setup": tree_setup(recipe.version) if recipe.install else None,
-    }
-
-
-def import_swebench(
-    instances: Path | str,
-    predictions: list[Path | str],
-    results: list[Path | str],
-    repo_root: Path | str | None = None,
-    tables: SpecTables | None = None,
-) -> list[Group]:
-    """One group per instance, one trajectory per predictions file that has that instance.
-
-    `predictions[i]` pairs with `results[i]` (the harness report whose resolved ids say what passed).
-    A trajectory's id is the prediction's `model_name_or_path` (else the file's stem). The task repository is
-    `repo_root/<owner>__<name>` when `repo_root` is given, else `https://github.com/<owner>/<name>`.
-    Instances no prediction covers are left out. Each task carries its environment (`swebench_environment`,
-    read from `tables`, by default the pinned swebench package's).
-
-    Raises:
-        ValueError: the predictions and results files do not pair up, or a prediction names an instance the
-            instances file lacks (the message names both files).
-    """
-    if len(predictions) != len(results):
-        raise ValueError(f"{len(predictions)} predictions files but {len(results)} results files: pair them")
-    by_instance = {row["instance_id"]: row for row in _read_json_or_jsonl(Path(instances))}
-    trajectories: dict[str, list[Trajectory]] = {}
-    for prediction_path, result_path in zip(map(Path, predictions), map(Path, results), strict=True):
-        resolved = _resolved_ids(result_path)
-        for row in _read_json_or_jsonl(prediction_path):
-            instance_id = row["instance_id"]
-            if instance_id not in by_instance:
-                raise ValueError(f"{prediction_path}: instance {instance_id!r} is not in {instances}")
-            system = str(row.get("model_name_or_path") or prediction_path.stem)
-            taken = {t.id for t in trajectories.get(instance_id, [])}
-            if system in taken:  # two files from one system: keep both, told apart by file
-                system = f"{system}@{prediction_path.stem}"
-            trajectories.setdefault(instance_id, []).append(
-                Trajectory(
-                    id=system,
-                    patch=row.get("model_patch") or "",
-                    passed=instance_id in resolved,
-                    metadata={"predictions_file": str(prediction_path)},
-                )
-            )
-    groups = []
-    for instance_id, trajs in trajectories.items():
-        instance = by_instance[instance_id]
-        owner_name = instance["repo"]
-        repo = (
-            str(Path(repo_root) / owner_name.replace("/", "__"))
-            if repo_root is not None
-            else f"https://github.com/{owner_name}"
-        )
-        task = Task(
-            repo=repo,
-            base_commit=instance["base_commit"],
-            statement=instance.get("problem_statement", ""),
-            image=instance.get("image"),
-            **swebench_environment(instance, tables),
-        )
-        groups.append(complete_group(Group(group_id=instance_id, task=task, trajectories=trajs)))
-    return groups

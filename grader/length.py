@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from grader.models import Group, GroupResult, LengthSignal
+from grader.ranking_agreement import kendall_tau
 
 MIN_MEAN_TAU = 0.2
 """Mean tau(weight, length) over the window at or above which credit is said to follow length."""
@@ -33,8 +34,8 @@ WINDOW = 3
 def rank_correlation(x: Mapping[str, float], y: Mapping[str, float]) -> float | None:
     """Kendall's tau-b of two quantities over the ids both give a value for.
 
-    Each quantity orders the ids (equal values tie), and the orders are compared with the evaluation's own
-    `metrics.kendall_tau`, so there is one tau-b in gagar.
+    Each quantity orders the ids (equal values tie), and the orders are compared with
+    `ranking_agreement.kendall_tau`, so there is one tau-b in gagar.
 
     Args:
         x: a value per id (a weight, say).
@@ -44,9 +45,6 @@ def rank_correlation(x: Mapping[str, float], y: Mapping[str, float]) -> float | 
         In [-1, 1]: +1 when a larger x always goes with a larger y; None with fewer than two common ids or
         when either quantity is constant over them.
     """
-    # Imported here: the evaluation package imports the pipeline, which imports this module.
-    from grader.evaluation.metrics import kendall_tau
-
     return kendall_tau(_order(x), _order(y))
 
 

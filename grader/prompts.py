@@ -11,8 +11,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-FILES = ("system.md", "task.md", "no_tools.md", "tools.json")
-
 
 @dataclass(frozen=True)
 class Prompts:

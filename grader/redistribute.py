@@ -66,12 +66,6 @@ PRESERVE_MODES: tuple[str, ...] = get_args(Preserve)
 WeightScheme = Callable[..., np.ndarray]
 WEIGHT_SCHEMES: dict[str, WeightScheme] = {}
 
-REASON_NO_PASSING = RedistributionOutcome.NO_PASSING.text
-REASON_BAD_ADVANTAGE = RedistributionOutcome.BAD_ADVANTAGE.text
-REASON_BAD_WEIGHT = RedistributionOutcome.BAD_WEIGHT.text
-REASON_UNIFORM = RedistributionOutcome.UNIFORM.text
-REASON_BAD_SCALE = RedistributionOutcome.BAD_SCALE.text
-
 # Checked in this order; a group gets the first reason that applies. Validity comes before uniformity
 # because NaN weights are neither uniform nor usable.
 _IDENTITY_OUTCOMES: tuple[RedistributionOutcome, ...] = (

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.formats import LoadError, import_swebench, load_group_file, load_groups, parse_group
+from grader.formats import LoadFailure, load_group_file, load_groups, parse_group
 from grader.models import Group
+from grader.sandbox.swebench import import_swebench
 
 TASK = {"repo": "repo", "base_commit": "abc", "statement": "fix it"}
 
@@ -77,7 +78,7 @@ def test_bad_groups_are_load_errors_naming_group_and_cause(tmp_path: Path, mutat
     # JSON has no NaN; Python's json writes it as the common non-standard literal, which readers accept.
     path.write_text("\n".join(json.dumps(d) for d in (group("ok1"), bad, group("ok2"))) + "\n")
     loaded = load_groups([path])
-    assert [type(item) for item in loaded] == [Group, LoadError, Group]
+    assert [type(item) for item in loaded] == [Group, LoadFailure, Group]
     error = loaded[1]
     assert error.group_id == "bad" and error.source == f"{path}:2"
     assert message in error.reason, error.reason

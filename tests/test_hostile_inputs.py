@@ -20,13 +20,14 @@ import pytest
 
 from grader.errors import GagarError, InvalidReference
 from grader.evaluation.benchmark import BenchmarkError, load_benchmark
-from grader.formats import LoadError, load_group_file, load_groups
+from grader.formats import LoadFailure, load_group_file, load_groups
 from grader.graders.base import Grade
 from grader.graders.heuristic import HeuristicGrader
 from grader.integrations import batch as batch_module
 from grader.integrations.batch import BatchGrader, CollectError
 from grader.integrations.rows import RowError, RowMapping
 from grader.models import Group
+from grader.outcomes import Outcome
 from grader.references import load_references
 from grader.view import GradingView
 from tests.conftest import EXAMPLE_GROUP, REPO_ROOT, run_gagar
@@ -115,7 +116,7 @@ def test_an_id_that_cannot_be_written_fails_its_group_only(tmp_path: Path) -> No
     inputs = tmp_path / "groups.json"
     inputs.write_text(json.dumps([example("good"), bad]))
     loaded = load_groups([inputs])
-    assert isinstance(loaded[0], Group) and isinstance(loaded[1], LoadError)
+    assert isinstance(loaded[0], Group) and isinstance(loaded[1], LoadFailure)
     assert "group_id" in loaded[1].reason
     loaded[1].group_id.encode("utf-8")  # printable, writable: the id is escaped
 
@@ -125,7 +126,7 @@ def test_json_nested_too_deep_is_a_load_error_not_a_crash(tmp_path: Path) -> Non
     inputs.write_text(json.dumps(example("good")) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
     loaded = load_groups([inputs])
     assert isinstance(loaded[0], Group)
-    assert isinstance(loaded[1], LoadError) and "nested" in loaded[1].reason
+    assert isinstance(loaded[1], LoadFailure) and "nested" in loaded[1].reason
 
 
 def test_a_grader_raising_system_exit_in_a_worker_fails_its_group_not_the_batch() -> None:
@@ -166,9 +167,9 @@ def test_rows_that_cannot_be_read_are_row_errors_and_bad_ids_cost_their_group() 
         step = grader.weights(bad + good, deadline=60)
     finally:
         grader.close()
-    assert step.outcomes[: len(bad)] == ["ungraded"] * len(bad)
+    assert step.outcomes[: len(bad)] == [Outcome.UNGRADED] * len(bad)
     assert "group 'bad'" in step.group_reasons["bad"] and "rows 0, 1, 2" in step.group_reasons["bad"]
-    assert set(step.outcomes[len(bad) :]) == {"graded"}
+    assert set(step.outcomes[len(bad) :]) == {Outcome.GRADED}
 
 
 @pytest.mark.parametrize("error", [asyncio.CancelledError(), SystemExit(3), KeyboardInterrupt()])
@@ -180,7 +181,7 @@ def test_any_exception_a_grader_raises_costs_its_group_only(error: BaseException
         step = grader.weights(rows, deadline=60)
     finally:
         grader.close()
-    assert step.outcomes == ["failed"] * len(rows)
+    assert len(set(step.outcomes)) == 1 and step.outcomes[0].status == "failed"
     assert type(error).__name__ in step.group_reasons["g"] and "'g'" in step.group_reasons["g"]
     assert (step.weights == 1.0).all()
 
@@ -229,7 +230,7 @@ def test_hung_gradings_are_cut_off_and_do_not_starve_later_groups() -> None:
         stuck = rows_of(group_named("stuck-1")) + rows_of(group_named("stuck-2"))
         grader.submit(stuck)
         first = grader.weights(stuck, deadline=0.5)
-        assert set(first.outcomes) == {"late"}
+        assert set(first.outcomes) == {Outcome.DEADLINE}
         fast = rows_of(group_named("fast"))
         grader.submit(fast)
         second = grader.weights(fast, deadline=30)

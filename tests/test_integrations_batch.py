@@ -20,6 +20,7 @@ from grader.graders.heuristic import HeuristicGrader
 from grader.integrations.batch import BatchGrader, CollectError, GuardConfig
 from grader.integrations.rows import MappingError, RowError, RowMapping
 from grader.models import Group
+from grader.outcomes import Outcome
 from grader.pipeline import grade_group_sync
 from grader.view import GradingView
 from tests.conftest import EXAMPLE_GROUP
@@ -174,7 +175,7 @@ def test_weights_match_the_pipeline_for_every_row_in_the_rows_order() -> None:
     assert len(step.weights) == len(shuffled)
     for row, weight, outcome, reason in zip(shuffled, step.weights, step.outcomes, step.reasons, strict=True):
         if row["uid"] == group.group_id:
-            assert (outcome, reason) == ("graded", "")
+            assert (outcome, reason) == (Outcome.GRADED, "")
             assert weight == expected.weights.get(row["idx"], 1.0)
         else:
             assert weight == 1.0 and reason
@@ -223,7 +224,7 @@ def test_deadline_shorter_than_grading_returns_on_time_with_those_groups_at_one(
     took = time.monotonic() - began
     assert 0.45 <= took < 1.5, took
     assert np.all(step.weights == 1.0)
-    assert set(step.outcomes) == {"late"}
+    assert set(step.outcomes) == {Outcome.DEADLINE}
     assert step.group_reasons["slow-a"] == "late: not graded within the 0.5s deadline; weights 1.0"
     assert step.metrics["gagar/late"] == 1.0
     slow.close()
@@ -248,7 +249,7 @@ def test_a_grader_crash_costs_its_group_only() -> None:
     grader.submit(rows)
     step = grader.weights(rows)
     by_group = {(r["uid"], o) for r, o in zip(rows, step.outcomes, strict=True)}
-    assert by_group == {("good", "graded"), ("bad", "failed")}
+    assert by_group == {("good", Outcome.GRADED), ("bad", Outcome.INTERNAL_ERROR)}
     assert "KeyError" in step.group_reasons["bad"]
     assert np.all(step.weights[len(group.trajectories) :] == 1.0)
     assert step.weights[: len(group.trajectories)].min() < 1.0
@@ -297,7 +298,7 @@ def test_flag_rate_jump_falls_back_to_one_with_the_reason(caplog: pytest.LogCapt
     assert step.fallback is not None
     assert "flagged share 1.00 jumped above its running mean 0.00" in step.fallback
     assert np.all(step.weights == 1.0)
-    assert {o for o, r in zip(step.outcomes, gaming, strict=True) if r["acc"]} == {"guard"}
+    assert {o for o, r in zip(step.outcomes, gaming, strict=True) if r["acc"]} == {Outcome.GUARD}
     assert step.metrics["gagar/guard_fallback"] == 1.0
     assert "fall back to 1.0" in caplog.text
 

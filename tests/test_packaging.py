@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import tomllib
 
 from tests.conftest import REPO_ROOT
+from tests.test_inspect_runs import heuristic_run
+
+__all__ = ["heuristic_run"]
 
 
 def test_every_package_of_the_tree_is_installed() -> None:
@@ -19,3 +27,42 @@ def test_every_package_of_the_tree_is_installed() -> None:
     assert in_tree - listed == set(), "add these packages to [tool.setuptools] packages in pyproject.toml"
     assert config["package-dir"]["grader._prompts"] == "prompts"
     assert (REPO_ROOT / "prompts" / "__init__.py").exists()
+
+
+def test_an_installed_wheel_writes_the_report_with_its_stylesheet_and_script(
+    heuristic_run: Path, tmp_path: Path
+) -> None:
+    # A wheel, not the editable install: the report's CSS and JS are package data, which an editable install
+    # finds in the source tree whether or not pyproject ships them.
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("grader", "prompts"):
+        shutil.copytree(REPO_ROOT / name, source / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    # Built as `pip install .` builds: in isolation, with the setuptools pyproject asks for (from PyPI).
+    build = [*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)]
+    subprocess.run(build, check=True, capture_output=True)
+    (wheel,) = wheels.glob("gagar-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    install = [str(venv / "bin" / "python"), "-m", "pip", "-q", "install", "--no-deps", str(wheel)]
+    subprocess.run(install, check=True, capture_output=True)
+    out = tmp_path / "report.html"
+    report = [str(venv / "bin" / "gagar"), "report", str(heuristic_run), "-o", str(out)]
+    done = subprocess.run(report, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import grader.inspect.assets as a; print(a.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    ).stdout
+    assert Path(where.strip()).is_relative_to(venv), where  # the wheel's copy, not the source tree
+    page = out.read_text(encoding="utf-8")
+    for name in ("report.css", "report.js"):
+        shipped = (REPO_ROOT / "grader" / "inspect" / name).read_text(encoding="utf-8")
+        assert shipped.strip() and shipped in page, name

@@ -295,3 +295,32 @@ def test_what_a_tolerant_apply_tolerated_is_in_the_trajectorys_record(repo: Repo
     assert json.loads(result.model_dump_json())["trajectories"]["respaced"]["tolerated"] == tolerant.tolerated
     assert len(set(tolerant.tolerated)) == len(tolerant.tolerated)  # each note once
     assert result.trajectories["again"].tolerated == tolerant.tolerated
+
+
+def test_a_failure_after_redistribution_restores_the_advantages(
+    repo: RepoFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The grading and the redistribution succeed, then taking the workspace down fails (a disk error: root
+    # cannot make a rename fail for real here, so the real removal runs and an I/O error follows it). The
+    # group fails, and none of the credit already moved may reach the trainer.
+    import errno
+
+    from grader import bare
+
+    group = repo.group(
+        {"a": (repo.patch(FIX), True), "b": (repo.patch({"README.md": "x\n"}), True), "f": ("", False)}
+    )
+    graded = grade_group_sync(group, Broken(ranking=[["a"], ["b"]]))
+    assert graded.status == "graded" and graded.advantages_after != graded.advantages_before
+    real_remove = bare.remover.remove
+
+    def remove_then_fail(path: Path) -> None:
+        real_remove(path)
+        raise OSError(errno.EIO, "Input/output error", str(path))
+
+    monkeypatch.setattr(bare.remover, "remove", remove_then_fail)
+    result = grade_group_sync(group, Broken(ranking=[["a"], ["b"]]))
+    assert result.status == "failed" and result.outcome is Outcome.INTERNAL_ERROR
+    assert "Input/output error" in result.reason and repr(group.group_id) in result.reason
+    assert result.advantages_after == result.advantages_before
+    assert result.ranking == [] and result.weights == {}

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from grader.formats import LoadError, load_group_file
+from grader.formats import LoadFailure, load_group_file
 from grader.graders.heuristic import HeuristicGrader
 from grader.models import Group, GroupResult
 from tests.conftest import EXAMPLE_GROUP, run_gagar
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gagar[ray]')")
 from grader.integrations.ray import RayGrader  # noqa: E402
+from grader.outcomes import Outcome  # noqa: E402
 
 # Workers cannot import this test module by name: ship its classes by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -53,7 +54,7 @@ class Misbehaving(HeuristicGrader):
 
 def test_groups_spread_over_actors_stream_back() -> None:
     grader = RayGrader(actors=2, per_actor=2)
-    items = [*copies("a", "b", "c", "d"), LoadError("x.jsonl:9", "broken", "invalid JSON")]
+    items = [*copies("a", "b", "c", "d"), LoadFailure("x.jsonl:9", "broken", "invalid JSON")]
     streamed = list(grader.grade_indexed(items))
     assert sorted(i for i, _ in streamed) == [0, 1, 2, 3, 4]
     by_id = {r.group_id: r for _, r in streamed}
@@ -122,7 +123,9 @@ def test_batch_grader_through_ray_a_dead_actor_costs_its_group_only() -> None:
     step = batch.weights(rows, deadline=6.0)
     assert time.monotonic() - start < 9
     outcome = {row["group_id"]: o for row, o in zip(rows, step.outcomes, strict=True)}
-    assert outcome == {"a": "graded", "b": "failed", "slow": "late"}
+    assert outcome == {"a": Outcome.GRADED, "b": Outcome.ACTOR_DIED, "slow": Outcome.DEADLINE}
+    assert all(isinstance(o, Outcome) for o in step.outcomes)
+    assert step.metrics["gagar/late"] == pytest.approx(1 / 3)  # a Ray deadline is late too
     assert step.group_reasons["b"].startswith("failed: actor died while grading (1 attempts)")
     assert step.metrics["gagar/failed/actor_died"] == pytest.approx(1 / 3)
     weights = {(r["group_id"], r["trajectory_id"]): w for r, w in zip(rows, step.weights, strict=True)}
@@ -135,7 +138,6 @@ def test_results_do_not_depend_on_order_cache_or_ray(make_repo, tmp_path: Path) 
     bundle), next to graded groups of the same repositories: in-process (a cold then a warm mirror cache)
     and on Ray, in both orders, every result is the same bytes (but for the time it took)."""
     from grader.mirrors import MirrorCache
-    from grader.outcomes import Outcome
     from grader.pipeline import GradingOptions, grade_groups
     from tests.conftest import BASE_FILES, FIX, run_git
 

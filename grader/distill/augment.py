@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grader.distill.sft import Message
+from grader.errors import GagarError
 
 LABEL_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # as grader.graders.tools.assign_labels draws them
 DATA_BLOCK = re.compile(r"<<<DATA ([0-9a-f]+)>>>\n.*?\n<<<END \1>>>", re.S)
@@ -30,7 +31,7 @@ LABEL_LINE = re.compile(r"^(Candidates \(labels[^)]*\):\s*)(.*)$", re.M)
 CONTRAST_LINE = re.compile(r"^(Failing trajectories shown for contrast \(not to be ranked\):\s*)(.*)$", re.M)
 
 
-class AugmentationRefused(ValueError):
+class AugmentationRefused(GagarError, ValueError):
     """The transcript cannot be relabelled safely (candidate text contains a label)."""
 
 

@@ -35,7 +35,7 @@ from grader.distill import sft
 from grader.distill.augment import AugmentationRefused, relabel
 from grader.distill.benchmarks import Benchmarks, task_hash
 from grader.errors import DistillError, GradingFailed, InvalidRanking, WorkspaceError
-from grader.formats import LoadError, load_groups
+from grader.formats import LoadFailure, load_groups
 from grader.graders.llm import LLMGrader
 from grader.graders.tools import constrain_labels, offered_tools, tool_schemas
 from grader.models import Group
@@ -253,7 +253,7 @@ def plan(
     chosen = Plan(groups=[], references=references)
     seen: set[str] = set()
     for item in load_groups(inputs):
-        if isinstance(item, LoadError):
+        if isinstance(item, LoadFailure):
             chosen.left_out[f"{item.source}"] = {"status": "failed", "reason": f"invalid group: {item}"}
             continue
         gid = item.group_id

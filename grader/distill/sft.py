@@ -16,12 +16,13 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from grader.errors import GagarError
 from grader.graders.tools import SUBMIT
 
 Message = dict[str, Any]
 
 
-class NotAnExample(ValueError):
+class NotAnExample(GagarError, ValueError):
     """A transcript that cannot become a training example (the reason says why)."""
 
 

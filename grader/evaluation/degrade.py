@@ -397,10 +397,6 @@ def write_degradations(degradations: Sequence[Degradation], out_dir: Path | str)
     return groups_path, reference_path
 
 
-def _without_advantage(trajectory: Trajectory) -> Trajectory:
-    return trajectory.model_copy(update={"advantage": None})
-
-
 def _shares_a_folder(repo: str, out: Path) -> bool:
     """A local repository under the same top folder as `out`: a relative path then survives moving both."""
     if "://" in repo or not Path(repo).is_absolute() or not Path(repo).exists():

@@ -17,7 +17,7 @@ from typing import Any
 
 from grader.errors import InputFileError
 from grader.evaluation import metrics
-from grader.formats import LoadError
+from grader.formats import LoadFailure
 from grader.graders.base import Grader
 from grader.models import Group, GroupResult
 from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
@@ -272,10 +272,10 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def _with_reference(
-    items: Iterable[Group | LoadError], references: Mapping[str, AnyReference]
-) -> tuple[list[Group | LoadError], list[str]]:
+    items: Iterable[Group | LoadFailure], references: Mapping[str, AnyReference]
+) -> tuple[list[Group | LoadFailure], list[str]]:
     """The items that have a reference (load errors kept, to be reported), and reference groups not found."""
-    chosen = [item for item in items if isinstance(item, LoadError) or item.group_id in references]
+    chosen = [item for item in items if isinstance(item, LoadFailure) or item.group_id in references]
     found = {item.group_id for item in chosen}
     return chosen, [gid for gid in references if gid not in found]
 
@@ -287,7 +287,7 @@ def evaluation_options(options: GradingOptions | None = None) -> GradingOptions:
 
 
 def evaluate(
-    items: Iterable[Group | LoadError],
+    items: Iterable[Group | LoadFailure],
     references: Mapping[str, AnyReference],
     grader: Grader,
     options: GradingOptions | None = None,
@@ -367,7 +367,7 @@ def permuted(group: Group, k: int) -> Group:
 
 
 def consistency(
-    items: Iterable[Group | LoadError],
+    items: Iterable[Group | LoadFailure],
     make_grader: GraderFactory,
     k: int,
     options: GradingOptions | None = None,
@@ -384,7 +384,7 @@ def consistency(
     options = evaluation_options(options)
     report = []
     for item in items:
-        if isinstance(item, LoadError):
+        if isinstance(item, LoadFailure):
             continue
         rankings, shown, failures, tokens = [], [], [], 0
         for i in range(k):

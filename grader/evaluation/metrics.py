@@ -10,12 +10,28 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from grader.ranking import positions
+from grader.ranking_agreement import PositionBias, agreement, kendall_tau, position_bias
 from grader.references import credit
 
 Ranking = Sequence[Sequence[str]]
+
+__all__ = [
+    "PositionBias",
+    "agreement",
+    "bootstrap_interval",
+    "borda",
+    "borda_scores",
+    "inversions",
+    "kendall_tau",
+    "pair_inversions",
+    "pairwise_accuracy",
+    "pairwise_credit",
+    "position_bias",
+    "scored_pairs",
+    "top1_accuracy",
+]
 
 
 def scored_pairs(reference: Ranking, among: set[str] | None = None) -> list[tuple[str, str]]:
@@ -53,31 +69,6 @@ def pairwise_accuracy(ranking: Ranking, reference: Ranking) -> float | None:
     return credit / pairs if pairs else None
 
 
-def kendall_tau(a: Ranking, b: Ranking) -> float | None:
-    """Kendall's tau-b between two rankings over the ids both list; None when undefined.
-
-    tau-b = (concordant - discordant) / sqrt((n0 - ties_a) (n0 - ties_b)), so ties in either ranking are
-    accounted for rather than counted as agreement. Undefined with fewer than two common ids, or when either
-    ranking ties every common id.
-    """
-    rank_a, rank_b = positions(a), positions(b)
-    common = [tid for tid in rank_a if tid in rank_b]
-    if len(common) < 2:
-        return None
-    concordant = discordant = tied_a = tied_b = 0
-    for x, y in itertools.combinations(common, 2):
-        da, db = rank_a[x] - rank_a[y], rank_b[x] - rank_b[y]
-        tied_a += da == 0
-        tied_b += db == 0
-        if da * db > 0:
-            concordant += 1
-        elif da * db < 0:
-            discordant += 1
-    n0 = len(common) * (len(common) - 1) // 2
-    denominator = ((n0 - tied_a) * (n0 - tied_b)) ** 0.5
-    return (concordant - discordant) / denominator if denominator else None
-
-
 def top1_accuracy(ranking: Ranking, reference: Ranking) -> float | None:
     """Chance that the grader's pick (its best tier among the reference's ids, ties broken at random) is
     among the reference's best. None when no reference id was ranked."""
@@ -113,28 +104,6 @@ def pair_inversions(
     return inverted, scored
 
 
-def agreement(rankings: Sequence[Ranking]) -> float | None:
-    """Mean Kendall tau-b over every pair of rankings; None with fewer than two.
-
-    Identical rankings agree fully (1.0) even when tau-b is undefined for them (everything tied); a pair
-    whose tau-b is otherwise undefined (one ties everything, the other does not) counts as 0, no agreement.
-    """
-    if len(rankings) < 2:
-        return None
-    taus = []
-    for a, b in itertools.combinations(rankings, 2):
-        if _canonical(a) == _canonical(b):
-            taus.append(1.0)
-        else:
-            tau = kendall_tau(a, b)
-            taus.append(0.0 if tau is None else tau)
-    return sum(taus) / len(taus)
-
-
-def _canonical(ranking: Ranking) -> list[list[str]]:
-    return [sorted(tier) for tier in ranking]
-
-
 def borda_scores(rankings: Sequence[Ranking]) -> dict[str, float]:
     """Borda points summed over rankings: 1 per id ranked strictly below, 0.5 per id tied with it."""
     scores: dict[str, float] = {}
@@ -164,46 +133,6 @@ def borda(rankings: Sequence[Ranking]) -> list[list[str]]:
             result.append([tid])
             last = scores[tid]
     return result
-
-
-@dataclass(frozen=True)
-class PositionBias:
-    """How often the candidate shown first, or last, was ranked first; `chance` is an order-blind grader's."""
-
-    first_ranked_first: float
-    last_ranked_first: float
-    chance: float
-    gradings: int
-
-
-def position_bias(shown: Sequence[Sequence[Sequence[str]]], rankings: Sequence[Ranking]) -> PositionBias:
-    """How often the candidate shown first (or last) ends up ranked first, against chance.
-
-    `shown[i]` is grading i's candidates in the order shown, each a list of the trajectory ids it stands for
-    (an equivalence class is shown once); `rankings[i]` is what that grading returned. A shown candidate
-    ranked in a best tier shared with m shown candidates counts 1/m: the chance it is the first of a random
-    tie-break. `chance` is the mean of 1/(candidates shown), what an order-blind grader scores on average.
-
-    Raises:
-        ValueError: `shown` and `rankings` differ in length.
-    """
-    if len(shown) != len(rankings):
-        raise ValueError("one shown order per ranking")
-    first = last = chance = 0.0
-    counted = 0
-    for order, ranking in zip(shown, rankings, strict=True):
-        if not order or not ranking:
-            continue
-        top = set(ranking[0])
-        on_top = [i for i, item in enumerate(order) if top & set(item)]
-        share = 1.0 / len(on_top) if on_top else 0.0
-        first += share if 0 in on_top else 0.0
-        last += share if len(order) - 1 in on_top else 0.0
-        chance += 1.0 / len(order)
-        counted += 1
-    if not counted:
-        return PositionBias(0.0, 0.0, 0.0, 0)
-    return PositionBias(first / counted, last / counted, chance / counted, counted)
 
 
 def bootstrap_interval(

@@ -11,8 +11,11 @@ class Budgets:
 
     turns: int = field(default=24, metadata={"cli": "--max-turns"})
     """Model turns (requests that are answered)."""
-    tokens: int = field(default=400_000, metadata={"cli": "--max-tokens"})
-    """Prompt plus completion tokens over the whole grading."""
+    tokens: int = field(
+        default=400_000, metadata={"cli": "--max-grading-tokens", "cli_deprecated": "--max-tokens"}
+    )
+    """Prompt plus completion tokens over the whole grading, every turn summed (the per-turn cap is
+    --max-tokens-per-turn)."""
     tool_output_chars: int = field(default=300_000, metadata={"cli": "--max-tool-output-chars"})
     """Characters of tool output sent to the model over the whole grading."""
     wall_seconds: float = field(default=900.0, metadata={"cli": "--max-seconds"})
@@ -29,5 +32,8 @@ class Budgets:
     """First wait between retries, in seconds (exponential with jitter after it)."""
     retry_wait_max: float = 20.0
     """Longest wait between retries, in seconds."""
-    max_output_tokens: int = 4096
-    """Tokens the model may generate per turn."""
+    max_output_tokens: int = field(
+        default=4096, metadata={"cli": "--max-tokens-per-turn", "cli_deprecated": "--max-output-tokens"}
+    )
+    """Tokens the model may generate in one turn (the request's `max_tokens`; the whole grading's budget is
+    --max-grading-tokens)."""

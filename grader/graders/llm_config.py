@@ -6,16 +6,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from grader.errors import UnknownName
 from grader.graders.budgets import Budgets
+from grader.sandbox.base import BACKENDS
 
 
 @dataclass
 class LLMConfig:
     """The agentic grader: an LLM on an OpenAI-compatible endpoint inspects the candidates with tools, then
-    submits a ranking that is validated before use."""
+    submits a ranking that is validated before use.
+
+    Raises UnknownName when `sandbox` names no registered backend (`grader.sandbox.BACKENDS`)."""
 
     model: str
-    """Model name as the endpoint knows it (required)."""
+    """Model name as the endpoint knows it (the llm grader needs one)."""
     base_url: str | None = None
     """OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (default: the OpenAI API)."""
     api_key: str | None = field(default=None, metadata={"cli": None})
@@ -38,8 +42,8 @@ class LLMConfig:
     """Folder whose files override the shipped prompts/."""
     budgets: Budgets = field(default_factory=Budgets)
     """Limits on one grading (turns, tokens, time, ...)."""
-    sandbox: Literal["docker", "local"] | None = "docker"
-    """Where the run tool executes code (none: no run tool)."""
+    sandbox: str | None = field(default="docker", metadata={"choices": BACKENDS.names})
+    """Sandbox backend the run tool executes code in, one registered in `BACKENDS` (none: no run tool)."""
     show_failing: bool = False
     """Show failing trajectories for contrast."""
     seed: int | None = None
@@ -50,3 +54,11 @@ class LLMConfig:
     same text (`gagar distill` sets it; candidate text cannot guess markers without it)."""
     transcript_dir: Path | None = field(default=None, metadata={"cli": None})
     """Where each grading's transcript is written (the CLI uses RUN_DIR/transcripts)."""
+
+    def __post_init__(self) -> None:
+        # Backends can be registered at run time, so the name is checked against the registry, not a type.
+        if self.sandbox is not None and self.sandbox not in BACKENDS.names():
+            known = ", ".join(repr(name) for name in BACKENDS.names())
+            raise UnknownName(
+                f"no sandbox backend {self.sandbox!r}: registered are {known} (or None: no run tool)"
+            )

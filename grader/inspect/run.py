@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grader.formats import LoadError, load_groups
+from grader.formats import LoadFailure, load_groups
 from grader.models import Group, GroupResult, TrajectoryReport
 
 RESULTS = "results.jsonl"
@@ -157,7 +157,7 @@ def load_run(directory: Path | str) -> Run:
     if (directory / GROUPS).is_file():
         groups = {}
         for item in load_groups([directory / GROUPS]):
-            if isinstance(item, LoadError):
+            if isinstance(item, LoadFailure):
                 problems.append(str(item))
             else:
                 groups[item.group_id] = item

@@ -8,7 +8,7 @@ weight per row, in the rows' order, 1.0 for every row whose group was not graded
 unreadable), each with its reason, and the step's metrics.
 
 The guard (:class:`GuardConfig`): the policy is trained against this grader and will learn to please it.
-Trajectories whose patch addresses the grader (``grader.graders.tools.find_injections``) are ranked last
+Trajectories whose patch addresses the grader (``grader.injections.find_injections``) are ranked last
 among the passing ones; a sampled share of groups is graded a second time (fresh labels: the LLM grader
 draws new ones per grading unless its seed is fixed), and when the two gradings agree less than
 ``min_agreement`` (mean Kendall tau-b), or the share of flagged trajectories jumps above its running mean by
@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from grader import ranking_agreement
 from grader.errors import GagarError
-from grader.evaluation import metrics as ranking_metrics
 from grader.graders.base import Grader
-from grader.graders.tools import find_injections
+from grader.injections import find_injections
 from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_rows
 from grader.length import read_step
 from grader.models import Group, GroupResult
@@ -61,9 +61,6 @@ __all__ = ["BatchClosed", "BatchGrader", "CollectError", "GuardConfig", "StepWei
 
 log = logging.getLogger("gagar.trainer")
 
-LATE = "late"
-UNGRADED = "ungraded"
-GUARD = "guard"
 TOP_REASONS = 3
 CLOSE_WAIT = 5.0
 """Seconds `BatchGrader.close()` waits for running gradings by default before leaving them behind."""
@@ -106,8 +103,9 @@ class StepWeights:
 
     weights: np.ndarray
     """One weight per row; 1.0 wherever there is no grade to apply."""
-    outcomes: list[str]
-    """Per row: graded, skipped, failed, late, ungraded, or guard (fallback)."""
+    outcomes: list[Outcome]
+    """Per row: how its group ended (`Outcome.GRADED`, a skip or failure code, `DEADLINE` when late,
+    `UNGRADED` when its rows make no group), or `GUARD` where the guard reset a graded group's weights."""
     reasons: list[str]
     """Per row: why its weight is 1.0 ("" when its group's grade applies)."""
     group_reasons: dict[str, str]
@@ -489,22 +487,22 @@ class BatchGrader:
         problems = {g.group_id: g.problem for g in group_rows(parsed) if g.problem}
         group_reasons: dict[str, str] = {}
         group_weights: dict[str, dict[str, float]] = {}
-        outcome_of: dict[str, str] = {}
+        outcome_of: dict[str, Outcome] = {}
         for gid, g in groups.items():
             if g.group is None:
                 # Named by the rows as given to this call (the trainer may have reordered them since submit).
                 problem = problems.get(gid, g.problem)
-                outcome_of[gid], group_reasons[gid] = UNGRADED, f"ungraded: {problem}"
+                outcome_of[gid], group_reasons[gid] = Outcome.UNGRADED, f"ungraded: {problem}"
             elif gid in late:
                 waited_for = "every group" if deadline is None else f"{deadline:g}s"
-                outcome_of[gid] = LATE
+                outcome_of[gid] = Outcome.DEADLINE
                 group_reasons[gid] = f"late: not graded within the {waited_for} deadline; weights 1.0"
             elif gid not in results:
-                outcome_of[gid] = "skipped"
-                group_reasons[gid] = f"skipped: {_skip_text(g.group)}"
+                outcome_of[gid] = _skip_outcome(g.group)
+                group_reasons[gid] = f"skipped: {outcome_of[gid].text}"
             else:
                 result = results[gid]
-                outcome_of[gid] = result.status
+                outcome_of[gid] = _outcome_of(result)
                 if result.status != "graded":
                     group_reasons[gid] = f"{result.status}: {result.reason}"
                     continue
@@ -523,14 +521,14 @@ class BatchGrader:
         fallback = self._fallback(flag_share, agreement, len([1 for c in checks if c in results]))
         n = len(parsed)
         out = np.ones(n, dtype=np.float64)
-        outcomes, reasons = [""] * n, [""] * n
+        outcomes, reasons = [Outcome.GRADED] * n, [""] * n
         for position, row in enumerate(parsed):
             gid = row.group_id
             outcomes[position] = outcome_of[gid]
             if gid in group_weights and fallback is None:
                 out[position] = group_weights[gid].get(row.trajectory_id, 1.0)
             elif gid in group_weights:
-                outcomes[position], reasons[position] = GUARD, f"guard: {fallback}"
+                outcomes[position], reasons[position] = Outcome.GUARD, f"guard: {fallback}"
             else:
                 reasons[position] = group_reasons[gid]
         metrics = self._metrics(
@@ -576,7 +574,7 @@ class BatchGrader:
 
     def _metrics(
         self,
-        outcome_of: dict[str, str],
+        outcome_of: dict[str, Outcome],
         results: dict[str, GroupResult],
         group_weights: dict[str, dict[str, float]],
         latencies: list[float],
@@ -587,12 +585,17 @@ class BatchGrader:
         fallback: str | None,
     ) -> dict[str, float]:
         n = len(outcome_of)
-        counts = Counter(outcome_of.values())
+        # Late and ungraded groups are counted apart from other failures (a deadline, or the trainer's
+        # rows, rather than the grading), whichever path (threads or Ray) reported the deadline.
+        apart = {Outcome.DEADLINE: "late", Outcome.UNGRADED: "ungraded"}
+        counts = Counter(apart.get(outcome, outcome.status) for outcome in outcome_of.values())
         metrics: dict[str, float] = {"gagar/groups": float(n), "gagar/waited": waited}
-        for name in ("graded", "skipped", "failed", LATE, UNGRADED):
+        for name in ("graded", "skipped", "failed", "late", "ungraded"):
             metrics[f"gagar/{name}"] = counts[name] / n if n else 0.0
         failures = Counter(
-            r.outcome.value if r.outcome else "failed" for r in results.values() if r.status == "failed"
+            outcome.value
+            for outcome in outcome_of.values()
+            if outcome.status == "failed" and outcome not in apart
         )
         for code, count in failures.most_common(TOP_REASONS):
             metrics[f"gagar/failed/{code}"] = count / n
@@ -663,11 +666,18 @@ def _is_mixed(group: Group) -> bool:
     return is_mixed_group([bool(t.passed) for t in group.trajectories])
 
 
-def _skip_text(group: Group) -> str:
-    passed = [bool(t.passed) for t in group.trajectories]
-    if not any(passed):
-        return Outcome.NO_PASSING.text
-    return Outcome.ALL_PASSED.text
+def _skip_outcome(group: Group) -> Outcome:
+    # A group never submitted is not mixed: none of it passed, or all of it did.
+    if not any(bool(t.passed) for t in group.trajectories):
+        return Outcome.NO_PASSING
+    return Outcome.ALL_PASSED
+
+
+def _outcome_of(result: GroupResult) -> Outcome:
+    if result.outcome is not None:
+        return result.outcome
+    # A result written without a code (older pickles, a hand-made result): its status says enough.
+    return Outcome.GRADED if result.status == "graded" else Outcome.INTERNAL_ERROR
 
 
 def _resolve(future: Future[GroupResult], result: GroupResult) -> None:
@@ -724,7 +734,7 @@ def _agreement(results: dict[str, GroupResult], checks: dict[str, GroupResult]) 
         first = results.get(gid)
         if first is None or first.status != "graded" or check.status != "graded":
             continue
-        value = ranking_metrics.agreement([first.ranking, check.ranking])
+        value = ranking_agreement.agreement([first.ranking, check.ranking])
         if value is not None:
             taus.append(value)
     return float(np.mean(taus)) if taus else None
@@ -739,5 +749,5 @@ def _position_bias(results: dict[str, GroupResult]) -> float | None:
             rankings.append(result.ranking)
     if not shown:
         return None
-    bias = ranking_metrics.position_bias(shown, rankings)
+    bias = ranking_agreement.position_bias(shown, rankings)
     return bias.first_ranked_first - bias.chance

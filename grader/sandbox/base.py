@@ -12,12 +12,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from grader.errors import SandboxError, SandboxUnavailable
 from grader.registry import Registry
 
 BASE_TARGET = "base"
+DEFAULT_IMAGE = "gagar/python:latest"
+"""The image a docker sandbox runs when the task names none (`gagar images build` makes it)."""
 
 Command = str | Sequence[str]
 """A shell command line (run by `sh -c`) or an argv list (run as is)."""
@@ -259,9 +261,6 @@ class Sandbox(ABC):
     @abstractmethod
     def _close(self) -> None: ...
 
-
-Backend = Literal["docker", "local"]
-"""The built-in backends; `BACKENDS` may hold more."""
 
 BACKENDS: Registry[Sandbox] = Registry("sandbox backend")
 """Every sandbox backend by name (imported when first used: the docker SDK is not needed for `local`)."""

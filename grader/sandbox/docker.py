@@ -40,10 +40,10 @@ from typing import Any
 import docker
 import docker.errors
 
+from grader.errors import SandboxError, SandboxUnavailable
 from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
-from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
-from grader.sandbox.images import DEFAULT_IMAGE
+from grader.sandbox.base import DEFAULT_IMAGE, ExecResult, Limits, Sandbox, TreeSource
 from grader.sandbox.leftovers import (
     LABEL,
     LABEL_CREATED,

@@ -27,7 +27,6 @@ from grader.sandbox.interpreters import Interpreter
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IMAGE = "gagar/python:latest"
 MINIMAL_IMAGE = "gagar/minimal:latest"
 HASH_LABEL = "gagar.content-hash"
 IMAGES_DIR = Path(__file__).resolve().parents[2] / "workspace_images"

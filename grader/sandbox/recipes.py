@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from grader.errors import GagarError
+
 SWEBENCH_VERSION = "4.1.0"
 SWEBENCH_WHEEL = f"swebench-{SWEBENCH_VERSION}-py3-none-any.whl"
 SWEBENCH_WHEEL_SHA256 = "1243776f720047cc9e20a427f7a52b75c13a07abda6154fb60fe77f82ec8af57"
@@ -69,7 +71,7 @@ CONDA_TO_DEBIAN: dict[str, str | None] = {
 SWEBENCH_RESOLVED_AS_OF = "2025-01-01T00:00:00Z"
 
 
-class RecipeError(ValueError):
+class RecipeError(GagarError, ValueError):
     """No recipe for this repository and version, or the specification tables could not be read."""
 
 

@@ -1,0 +1,141 @@
+"""Importing SWE-bench: instances, predictions and harness reports become groups whose tasks carry their
+environment (interpreter, install recipe, test command) from `recipes`.
+
+Beside `recipes` and `environments`, which it needs, so that `formats` (the input floor) loads no
+sandbox code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from grader.errors import InputFileError
+from grader.models import Group, Task, Trajectory, complete_group
+from grader.sandbox.environments import tree_setup
+from grader.sandbox.recipes import RecipeError, SpecTables, recipe_for, test_command_for
+
+log = logging.getLogger(__name__)
+
+
+def _read_json_or_jsonl(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8").strip()
+    if text.startswith("["):
+        return list(json.loads(text))
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            pass
+        else:
+            # SWE-bench predictions may be one object keyed by instance id.
+            if "instance_id" in data:
+                return [data]
+            return [dict(value, instance_id=key) for key, value in data.items() if isinstance(value, dict)]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _resolved_ids(path: Path) -> set[str]:
+    """Resolved instance ids from a SWE-bench harness report (or a plain list of ids)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, list):
+        return {str(x) for x in data}
+    for key in ("resolved_ids", "resolved"):
+        if isinstance(data.get(key), list):
+            return {str(x) for x in data[key]}
+    # Per-instance reports: {"instance_id": {"resolved": true, ...}, ...}
+    return {key for key, value in data.items() if isinstance(value, dict) and value.get("resolved")}
+
+
+def swebench_environment(instance: dict[str, Any], tables: SpecTables | None = None) -> dict[str, Any]:
+    """The environment fields of an instance's task: interpreter, install recipe and test command.
+
+    The recipe comes from swebench's own specification tables for the instance's (repo, version); the test
+    command runs the test files its `test_patch` touches, as SWE-bench's harness does. An instance the tables
+    do not know keeps no environment (its `run` uses the default image) rather than failing the import.
+
+    Args:
+        instance: one SWE-bench instance row (`repo`, `version`, `test_patch`).
+        tables: the specification tables; None reads the pinned swebench wheel (fetched with pip once).
+
+    Returns:
+        Keyword arguments for `Task`: `python`, `environment`, `test_command`, `setup` (empty when unknown).
+    """
+    if not instance.get("version"):
+        return {}
+    try:
+        recipe = recipe_for(instance["repo"], str(instance["version"]), tables)
+    except RecipeError as exc:
+        log.warning("instance %s: no environment: %s", instance.get("instance_id"), exc)
+        return {}
+    return {
+        "python": recipe.python or None,
+        "environment": recipe.to_dict(),
+        "test_command": test_command_for(recipe, instance.get("test_patch") or "") or None,
+        "setup": tree_setup(recipe.version) if recipe.install else None,
+    }
+
+
+def import_swebench(
+    instances: Path | str,
+    predictions: list[Path | str],
+    results: list[Path | str],
+    repo_root: Path | str | None = None,
+    tables: SpecTables | None = None,
+) -> list[Group]:
+    """One group per instance, one trajectory per predictions file that has that instance.
+
+    `predictions[i]` pairs with `results[i]` (the harness report whose resolved ids say what passed).
+    A trajectory's id is the prediction's `model_name_or_path` (else the file's stem). The task repository is
+    `repo_root/<owner>__<name>` when `repo_root` is given, else `https://github.com/<owner>/<name>`.
+    Instances no prediction covers are left out. Each task carries its environment (`swebench_environment`,
+    read from `tables`, by default the pinned swebench package's).
+
+    Raises:
+        InputFileError: (a ValueError) the predictions and results files do not pair up, or a prediction
+            names an instance the instances file lacks (the message names both files).
+    """
+    if len(predictions) != len(results):
+        raise InputFileError(
+            f"{len(predictions)} predictions files but {len(results)} results files: pair them"
+        )
+    by_instance = {row["instance_id"]: row for row in _read_json_or_jsonl(Path(instances))}
+    trajectories: dict[str, list[Trajectory]] = {}
+    for prediction_path, result_path in zip(map(Path, predictions), map(Path, results), strict=True):
+        resolved = _resolved_ids(result_path)
+        for row in _read_json_or_jsonl(prediction_path):
+            instance_id = row["instance_id"]
+            if instance_id not in by_instance:
+                raise InputFileError(f"{prediction_path}: instance {instance_id!r} is not in {instances}")
+            system = str(row.get("model_name_or_path") or prediction_path.stem)
+            taken = {t.id for t in trajectories.get(instance_id, [])}
+            if system in taken:  # two files from one system: keep both, told apart by file
+                system = f"{system}@{prediction_path.stem}"
+            trajectories.setdefault(instance_id, []).append(
+                Trajectory(
+                    id=system,
+                    patch=row.get("model_patch") or "",
+                    passed=instance_id in resolved,
+                    metadata={"predictions_file": str(prediction_path)},
+                )
+            )
+    groups = []
+    for instance_id, trajs in trajectories.items():
+        instance = by_instance[instance_id]
+        owner_name = instance["repo"]
+        repo = (
+            str(Path(repo_root) / owner_name.replace("/", "__"))
+            if repo_root is not None
+            else f"https://github.com/{owner_name}"
+        )
+        task = Task(
+            repo=repo,
+            base_commit=instance["base_commit"],
+            statement=instance.get("problem_statement", ""),
+            image=instance.get("image"),
+            **swebench_environment(instance, tables),
+        )
+        groups.append(complete_group(Group(group_id=instance_id, task=task, trajectories=trajs)))
+    return groups

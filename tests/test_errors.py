@@ -1,0 +1,44 @@
+"""Every exception class gagar raises to callers derives from `GagarError`: one `except` catches them."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import grader
+from grader.errors import GagarError
+
+# Control flow that never leaves its module: `exactapply` declines a patch and the workspace hands it to git.
+INTERNAL = {"grader.exactapply.Declined"}
+
+
+def _gagar_exceptions() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for info in pkgutil.walk_packages(grader.__path__, "grader."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__ == info.name
+                and not name.startswith("_")
+            ):
+                found[f"{info.name}.{name}"] = value
+    return found
+
+
+def test_every_gagar_exception_is_a_gagar_error() -> None:
+    found = _gagar_exceptions()
+    assert "grader.sandbox.recipes.RecipeError" in found and "grader.distill.sft.NotAnExample" in found
+    outside = sorted(
+        name for name, cls in found.items() if not issubclass(cls, GagarError) and name not in INTERNAL
+    )
+    assert outside == []
+
+
+def test_the_old_bases_still_catch_them() -> None:
+    from grader.distill.sft import NotAnExample
+    from grader.sandbox.recipes import RecipeError
+
+    assert issubclass(RecipeError, ValueError) and issubclass(NotAnExample, ValueError)
