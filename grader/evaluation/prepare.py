@@ -1,0 +1,501 @@
+"""`gagar bench prepare`: materialize a recipe (grader.evaluation.recipe) into benchmark folders in the cache.
+
+Prediction files, reports and dataset rows are read at their pinned commits from local git copies of their
+repositories (`--source-root DIR` holding OWNER/NAME git dirs, bare or not; `--source OWNER/NAME=PATH`), or
+from clones of https://github.com/OWNER/NAME made into the cache when online. Every file's sha256 and every
+patch's sha256 is checked; the first mismatch stops the run, named. Base trees are not copied: each group's
+task names https://github.com/OWNER/NAME at its base commit, and `prepare` seeds the shared mirror cache
+(grader.mirrors) under that URL from the local copy, so workspaces then find every base commit offline.
+
+Output, under `prepared_root()/NAME/`: one benchmark folder per track (`verification/`, `preference/` once
+it has labelled pairs), each in the format of grader.evaluation.benchmark, and `state.json` recording what
+is done, so a second run skips it (idempotent) and a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.errors import GagarError, GitError, InputFileError
+from grader.evaluation.recipe import (
+    Candidate,
+    Recipe,
+    RecipeError,
+    SourceFile,
+    is_recipe,
+    load_recipe,
+    parse_predictions,
+    parse_report,
+    parse_row,
+    sha256_bytes,
+    sha256_text,
+)
+from grader.filelock import file_lock
+from grader.gitcmd import git
+from grader.mirrors import MirrorCache, default_cache_dir, has_commit
+
+TRACKS = ("preference", "verification")
+VERIFICATION_REASON = "the published harness report resolves the first and not the second"
+
+
+class SourceMissing(GagarError, FileNotFoundError):
+    """Source repositories that are not on this machine (and could not be cloned); the message names each
+    with the command that would fix it."""
+
+
+class ShaMismatch(GagarError, ValueError):
+    """A pointed-at file or patch whose sha256 is not the recipe's: the source moved or changed."""
+
+
+class NotPrepared(GagarError, FileNotFoundError):
+    """A recipe benchmark used before `gagar bench prepare`; the message gives the command."""
+
+
+def prepared_root() -> Path:
+    """Where prepared benchmarks live: the `benchmarks` folder beside the mirror cache
+    (`$GAGAR_CACHE/benchmarks`, else `~/.cache/gagar/benchmarks`)."""
+    return default_cache_dir().parent / "benchmarks"
+
+
+def github_url(repository: str) -> str:
+    """https://github.com/OWNER/NAME."""
+    return f"https://github.com/{repository}"
+
+
+# -- finding sources --------------------------------------------------------------------------------------
+
+
+def _is_git_dir(path: Path) -> bool:
+    return path.is_dir() and git(["rev-parse", "--git-dir"], cwd=path, check=False).returncode == 0
+
+
+def candidate_paths(repository: str, root: Path) -> list[Path]:
+    """Where a source root may hold OWNER/NAME: OWNER/NAME, OWNER/NAME.git, OWNER+NAME and OWNER+NAME/repo."""
+    owner, name = repository.split("/", 1)
+    flat = root / f"{owner}+{name}"
+    return [root / owner / name, root / owner / f"{name}.git", flat, flat / "repo", root / f"{owner}+{name}.git"]
+
+
+@dataclass
+class SourceLocator:
+    """Finds the local git copy of each OWNER/NAME; clones it into the cache when `online`."""
+
+    roots: list[Path] = field(default_factory=list)
+    given: dict[str, Path] = field(default_factory=dict)
+    online: bool = False
+    clone_root: Path = field(default_factory=lambda: prepared_root() / "sources")
+
+    def find(self, repository: str) -> Path | None:
+        """The git directory (or work tree) of `repository`, or None when none is here.
+
+        Raises:
+            InputFileError: a path given with --source is not a git repository.
+        """
+        if repository in self.given:
+            path = self.given[repository]
+            if not _is_git_dir(path):
+                raise InputFileError(f"--source {repository}={path}: not a git repository")
+            return path
+        for root in [*self.roots, self.clone_root]:
+            for path in candidate_paths(repository, root):
+                if _is_git_dir(path) and path.resolve() != root.resolve():
+                    return path
+        return None
+
+    def locate(self, repository: str) -> Path | None:
+        """`find`, else (online) a bare clone of https://github.com/OWNER/NAME into the cache, else None."""
+        found = self.find(repository)
+        if found is not None or not self.online:
+            return found
+        target = self.clone_root / repository.split("/")[0] / f"{repository.split('/')[1]}.git"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        try:
+            git(["clone", "--bare", "--quiet", github_url(repository), str(tmp)])
+        except GitError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
+        tmp.rename(target)
+        return target
+
+
+def fix_command(repository: str, name: str) -> str:
+    """The command that brings a missing source here."""
+    return (
+        f"git clone --bare https://github.com/{repository} SOURCES/{repository}.git "
+        f"&& gagar bench prepare {name} --source-root SOURCES"
+    )
+
+
+def read_at(path: Path, commit: str, file: str) -> bytes:
+    """The bytes of `file` at `commit` in the git copy at `path`.
+
+    Raises:
+        GitError: the commit or the file is not there.
+    """
+    return git(["cat-file", "blob", f"{commit}:{file}"], cwd=path).stdout
+
+
+# -- preparing --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PrepareReport:
+    """What one `prepare` run did."""
+
+    root: Path
+    tracks: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Track -> {"groups", "candidates", "pairs"} written."""
+    skipped: list[str] = field(default_factory=list)
+    """Instances left out because their task repository is missing (only with `partial`)."""
+    resumed: int = 0
+    """Steps found done by an earlier run."""
+
+
+class _State:
+    """state.json: the steps done, so a killed run resumes and a finished one is a no-op."""
+
+    def __init__(self, path: Path, fingerprint: str) -> None:
+        self.path = path
+        data: dict[str, Any] = {}
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                data = {}
+        if data.get("fingerprint") != fingerprint:
+            data = {"fingerprint": fingerprint, "done": {}}
+        self.data = data
+
+    def get(self, key: str) -> Any:
+        return self.data["done"].get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        self.data["done"][key] = value
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data), encoding="utf-8")
+        tmp.replace(self.path)
+
+
+def _fingerprint(recipe: Recipe) -> str:
+    parts = [(recipe.root / name).read_bytes() for name in sorted(os.listdir(recipe.root)) if name.endswith((".json", ".jsonl"))]
+    return sha256_bytes(b"\0".join(parts))
+
+
+def missing_sources(recipe: Recipe, locator: SourceLocator) -> list[str]:
+    """The OWNER/NAME the recipe reads that the locator cannot find (no cloning)."""
+    return [r for r in recipe.repositories() if locator.find(r) is None]
+
+
+def prepare(
+    recipe: Recipe,
+    locator: SourceLocator,
+    *,
+    partial: bool = False,
+    mirrors: MirrorCache | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> PrepareReport:
+    """Materialize `recipe` into `prepared_root()/NAME/`.
+
+    Args:
+        recipe: the loaded recipe.
+        locator: where the source repositories are (and whether to clone them).
+        partial: prepare the instances whose task repository is here and list the others, rather than stop.
+        mirrors: the mirror cache seeded with the task repositories (the shared one by default).
+        progress: called with (what, done, total) after each step.
+
+    Returns:
+        What was written.
+
+    Raises:
+        SourceMissing: a data source is missing, or (without `partial`) a task repository; every missing
+            one is named with the command that fixes it.
+        ShaMismatch: the first file or patch whose sha256 differs from the recipe's.
+        RecipeError: a source file does not parse.
+        GitError: a pinned commit or path is not in its source (the source is another repository).
+    """
+    mirrors = mirrors or MirrorCache()
+    out = prepared_root() / recipe.name
+    out.mkdir(parents=True, exist_ok=True)
+    report = PrepareReport(out)
+    with file_lock(out / "prepare.lock"):
+        state = _State(out / "state.json", _fingerprint(recipe))
+        locations = {r: locator.locate(r) for r in recipe.repositories()}
+        tasks = {i.repository for i in recipe.instances.values()}
+        missing = [r for r, p in locations.items() if p is None]
+        fatal = [r for r in missing if r not in tasks or not partial]
+        if fatal:
+            lines = "\n".join(f"  - {r}: {fix_command(r, recipe.name)}" for r in missing)
+            raise SourceMissing(
+                f"benchmark {recipe.name}: {len(missing)} source repositories are not here:\n{lines}"
+                + ("" if partial else "\n(or --partial to prepare the instances whose task repository is here)")
+            )
+        instances = [i for i in recipe.instances.values() if locations[i.repository] is not None]
+        report.skipped = sorted(i.id for i in recipe.instances.values() if locations[i.repository] is None)
+        steps = len(recipe.files) + len(instances) + len({i.repository for i in instances}) + 1
+        done = 0
+
+        def tick(what: str) -> None:
+            nonlocal done
+            done += 1
+            if progress:
+                progress(what, done, steps)
+
+        texts: dict[str, str] = {}
+        for f in recipe.files.values():
+            texts[f.id] = _checked_text(f, locations[f.repository])
+            tick(f.id)
+        rows: dict[str, dict[str, Any]] = {}
+        for instance in instances:
+            cached = state.get(f"row:{instance.id}")
+            if cached is not None:
+                report.resumed += 1
+                rows[instance.id] = cached
+            else:
+                row_file = instance.row
+                text = _checked_text(row_file, locations[row_file.repository])
+                row = parse_row(text, row_file.format, f"{row_file.repository}@{row_file.commit[:12]}:{row_file.path}")
+                if row["instance_id"] != instance.id or row["base_commit"] != instance.base_commit:
+                    raise ShaMismatch(f"{row_file.path}: the row is {row['instance_id']}@{row['base_commit']}, "
+                                      f"the recipe says {instance.id}@{instance.base_commit}")
+                rows[instance.id] = {"statement": row["problem_statement"]}
+                state.put(f"row:{instance.id}", rows[instance.id])
+            tick(instance.id)
+        for repository in sorted({i.repository for i in instances}):
+            commits = sorted({i.base_commit for i in instances if i.repository == repository})
+            key = f"mirror:{repository}:{sha256_text(' '.join(commits))}"
+            if state.get(key) and all(mirrors.lookup(github_url(repository), c) for c in commits):
+                report.resumed += 1
+            else:
+                _seed_mirror(mirrors, repository, locations[repository], commits)
+                state.put(key, True)
+            tick(f"mirror {repository}")
+        patches = _checked_patches(recipe, texts, {i.id for i in instances})
+        report.tracks["verification"] = _write_verification(recipe, instances, rows, patches, out / "verification")
+        tick("verification")
+    return report
+
+
+def _checked_text(f: SourceFile, location: Path | None) -> str:
+    where = f"{f.repository}@{f.commit[:12]}:{f.path}"
+    if location is None:
+        raise SourceMissing(f"{f.repository} is not here")
+    try:
+        data = read_at(location, f.commit, f.path)
+    except GitError as exc:
+        raise GitError(["cat-file", "blob", f"{f.commit}:{f.path}"], exc.returncode, f"{where}: not in {location}: {exc.stderr}") from exc
+    digest = sha256_bytes(data)
+    if digest != f.sha256:
+        raise ShaMismatch(f"sha256 mismatch: {where} (file {f.id}) hashes to {digest}, the recipe says {f.sha256}")
+    return data.decode("utf-8")
+
+
+def _checked_patches(recipe: Recipe, texts: dict[str, str], wanted: set[str]) -> dict[tuple[str, str], str]:
+    """(instance, run) -> patch text, each checked against its sha256 and published label."""
+    predictions: dict[str, dict[str, str]] = {}
+    reports: dict[str, set[str]] = {}
+    patches: dict[tuple[str, str], str] = {}
+    for c in recipe.candidates:
+        if c.instance not in wanted:
+            continue
+        if c.predictions not in predictions:
+            f = recipe.files[c.predictions]
+            predictions[c.predictions] = parse_predictions(texts[f.id], f.format, f.path)
+        if c.report not in reports:
+            reports[c.report] = parse_report(texts[c.report], recipe.files[c.report].path)[0]
+        patch = predictions[c.predictions].get(c.instance)
+        where = f"candidate {c.instance} / {c.run} (file {c.predictions})"
+        if patch is None:
+            raise ShaMismatch(f"{where}: no prediction for {c.instance} in the file")
+        if sha256_text(patch) != c.sha256:
+            raise ShaMismatch(f"sha256 mismatch: {where}: the patch hashes to {sha256_text(patch)}, "
+                              f"the recipe says {c.sha256}")
+        if (c.instance in reports[c.report]) != c.resolved:
+            raise ShaMismatch(f"{where}: the report {c.report} says resolved={not c.resolved}")
+        patches[(c.instance, c.run)] = patch
+    return patches
+
+
+def _seed_mirror(mirrors: MirrorCache, repository: str, location: Path | None, commits: list[str]) -> None:
+    """Make the mirror cache's entry for github_url(repository) hold every commit, from the local copy."""
+    url = github_url(repository)
+    path = mirrors.path_for(url)
+    assert location is not None
+    source = str(location.resolve())
+    with file_lock(path.with_suffix(".lock")):
+        if not path.exists():
+            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            git(["init", "--bare", "--quiet", str(tmp)])
+            git(["remote", "add", "origin", url], git_dir=tmp)
+            tmp.rename(path)
+        absent = [c for c in commits if not has_commit(path, c)]
+        if absent:
+            git(["fetch", "--quiet", source, *absent], git_dir=path, check=False)
+            absent = [c for c in commits if not has_commit(path, c)]
+        if absent:
+            git(["fetch", "--quiet", source, "+refs/*:refs/remotes/seed/*"], git_dir=path, check=False)
+            absent = [c for c in commits if not has_commit(path, c)]
+    if absent:
+        raise GitError(["fetch"], 1, f"{repository}: base commits not in {location}: {', '.join(absent[:3])}")
+
+
+def _dedupe(candidates: Iterable[Candidate]) -> tuple[list[Candidate], int]:
+    """One candidate per distinct patch (the first run by name); a patch published both resolved and
+    unresolved (a flaky test) is dropped. Returns the kept candidates and the number dropped as flaky."""
+    by_sha: dict[str, list[Candidate]] = {}
+    for c in sorted(candidates, key=lambda c: c.run):
+        by_sha.setdefault(c.sha256, []).append(c)
+    kept, flaky = [], 0
+    for same in by_sha.values():
+        if len({c.resolved for c in same}) > 1:
+            flaky += 1
+            continue
+        kept.append(same[0])
+    return kept, flaky
+
+
+def verification_groups(recipe: Recipe) -> dict[str, tuple[list[Candidate], list[Candidate]]]:
+    """Instance -> (resolved, unresolved) distinct candidates, for every instance with at least one of each."""
+    by_instance: dict[str, list[Candidate]] = {}
+    for c in recipe.candidates:
+        by_instance.setdefault(c.instance, []).append(c)
+    groups = {}
+    for instance, candidates in sorted(by_instance.items()):
+        kept, _ = _dedupe(candidates)
+        resolved = [c for c in kept if c.resolved]
+        unresolved = [c for c in kept if not c.resolved]
+        if resolved and unresolved:
+            groups[instance] = (resolved, unresolved)
+    return groups
+
+
+def _write_verification(
+    recipe: Recipe, instances: list[Any], rows: dict[str, dict[str, Any]], patches: dict[tuple[str, str], str], folder: Path
+) -> dict[str, int]:
+    wanted = {i.id: i for i in instances}
+    groups = {k: v for k, v in verification_groups(recipe).items() if k in wanted}
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "groups").mkdir(parents=True)
+    group_lines, reference_lines = [], []
+    provenance: dict[str, Any] = {"bundles": {}, "repositories": {}, "patches": {}, "labellers": {}}
+    pairs = candidates = 0
+    for instance_id, (resolved, unresolved) in groups.items():
+        instance = wanted[instance_id]
+        trajectories = [
+            {"id": c.run, "patch": patches[(c.instance, c.run)], "passed": True, "metadata": {"resolved": c.resolved}}
+            for c in [*resolved, *unresolved]
+        ]
+        candidates += len(trajectories)
+        group_lines.append({
+            "group_id": instance_id,
+            "task": {"repo": github_url(instance.repository), "base_commit": instance.base_commit,
+                     "statement": rows[instance_id]["statement"]},
+            "trajectories": trajectories,
+        })
+        reference_lines.append({
+            "group_id": instance_id, "kind": "ranking",
+            "ranking": [[c.run for c in resolved], [c.run for c in unresolved]],
+        })
+        pairs += len(resolved) * len(unresolved)
+        provenance["repositories"][github_url(instance.repository)] = {"repository": instance.repository}
+        provenance["patches"][instance_id] = {
+            c.run: {"repository": recipe.files[c.predictions].repository, "commit": recipe.files[c.predictions].commit,
+                    "path": recipe.files[c.predictions].path, "label": recipe.files[c.report].path}
+            for c in [*resolved, *unresolved]
+        }
+    manifest = {
+        "name": f"{recipe.name}/verification",
+        "format": 1,
+        "track": "verification",
+        "description": "Resolved over unresolved published predictions of one instance, every candidate graded "
+        "as passing; labels from the published harness reports alone. Prepared from the recipe "
+        f"{recipe.root.name} by gagar bench prepare.",
+        "sources": recipe.manifest["sources"],
+        "candidates_may_fail": True,
+    }
+    split = {name: sorted(i for i in groups if recipe.split[i] == name) for name in ("dev", "test")}
+    _write(tmp / "benchmark.json", manifest)
+    _write(tmp / "split.json", split)
+    _write(tmp / "provenance.json", provenance)
+    (tmp / "groups" / "verification.jsonl").write_text("".join(json.dumps(g) + "\n" for g in group_lines), encoding="utf-8")
+    (tmp / "references.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reference_lines), encoding="utf-8")
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return {"groups": len(groups), "candidates": candidates, "pairs": pairs}
+
+
+def _write(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+# -- using a prepared benchmark ---------------------------------------------------------------------------
+
+
+def find_recipe(name_or_path: str) -> Path | None:
+    """The recipe folder of `name_or_path` (a folder with recipe.json, or a name under the benchmark roots),
+    or None when it names no recipe."""
+    from grader.evaluation.benchmark import benchmark_roots
+
+    direct = Path(name_or_path)
+    if is_recipe(direct):
+        return direct
+    for place in benchmark_roots():
+        if is_recipe(place / name_or_path):
+            return place / name_or_path
+    return None
+
+
+def resolve_bench(name_or_path: str, track: str | None) -> str:
+    """What `eval --bench` and `bench check` load: the prepared track of a recipe, else the name as given.
+
+    Args:
+        name_or_path: a benchmark or recipe name or folder.
+        track: "preference" or "verification"; None means preference for a recipe.
+
+    Returns:
+        A benchmark folder or name for `load_benchmark`.
+
+    Raises:
+        NotPrepared: a recipe that `gagar bench prepare` has not materialized (the message gives the command).
+        InputFileError: `track` given for a benchmark that is not a recipe.
+    """
+    recipe = find_recipe(name_or_path)
+    if recipe is None:
+        if track is not None:
+            raise InputFileError(f"--track needs a recipe benchmark; {name_or_path!r} is a plain benchmark")
+        return name_or_path
+    name = load_recipe(recipe).name
+    track = track or "preference"
+    folder = prepared_root() / name / track
+    if not (folder / "benchmark.json").is_file():
+        hint = "" if track != "preference" else " (the preference track has no labelled pairs yet: try --track verification)"
+        raise NotPrepared(
+            f"benchmark {name} is not prepared (no {folder}){hint}: run\n  gagar bench prepare {name} --source-root DIR"
+            f"\n(`gagar bench prepare {name} --list-sources` lists the repositories DIR must hold)"
+        )
+    return str(folder)
+
+
+__all__ = [
+    "NotPrepared",
+    "PrepareReport",
+    "RecipeError",
+    "ShaMismatch",
+    "SourceLocator",
+    "SourceMissing",
+    "TRACKS",
+    "missing_sources",
+    "prepare",
+    "prepared_root",
+    "resolve_bench",
+    "verification_groups",
+]
