@@ -105,7 +105,11 @@ RUNS = [
             f"evaluations/{run}/result.json",
             f"Moatless Tools ({run})",
         )
-        for run in ("20240609_moatless_gpt4o", "20240617_moatless_gpt-4o-2024-05-13", "20240623_moatless_claude-3.5-sonnet")
+        for run in (
+            "20240609_moatless_gpt4o",
+            "20240617_moatless_gpt-4o-2024-05-13",
+            "20240623_moatless_claude-3.5-sonnet",
+        )
     ],
     ("coder", CODER, "all_preds.jsonl", "predictions-jsonl", "results.json", "CodeR"),
 ]
@@ -119,7 +123,9 @@ def split_of(instance: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--source-root", type=Path, required=True, action="append")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / NAME)
     args = parser.parse_args(argv)
@@ -137,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     candidates: list[dict[str, object]] = []
     skipped: Counter[str] = Counter()
     for run, (repository, commit), pred_path, fmt, report_path, system in RUNS:
-        for role, path, file_format in (("predictions", pred_path, fmt), ("report", report_path, "swebench-report")):
+        for role, path, file_format in (
+            ("predictions", pred_path, fmt),
+            ("report", report_path, "swebench-report"),
+        ):
             data = read_at(locations[repository], commit, path)
             files[f"{run}/{role}"] = {
                 "repository": repository,
@@ -147,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
                 "format": file_format,
             }
         runs[run] = {"predictions": f"{run}/predictions", "report": f"{run}/report", "system": system}
-        patches = parse_predictions(read_at(locations[repository], commit, pred_path).decode(), fmt, pred_path)
-        resolved, applied = parse_report(read_at(locations[repository], commit, report_path).decode(), report_path)
+        patches = parse_predictions(
+            read_at(locations[repository], commit, pred_path).decode(), fmt, pred_path
+        )
+        resolved, applied = parse_report(
+            read_at(locations[repository], commit, report_path).decode(), report_path
+        )
         for instance, patch in sorted(patches.items()):
             repo = instance.rsplit("-", 1)[0].replace("__", "/")
             if repo in EXCLUDED_REPOSITORIES:
@@ -159,7 +172,12 @@ def main(argv: list[str] | None = None) -> int:
                 skipped["unresolved and not applied"] += 1
             else:
                 candidates.append(
-                    {"instance": instance, "run": run, "sha256": sha256_text(patch), "resolved": instance in resolved}
+                    {
+                        "instance": instance,
+                        "run": run,
+                        "sha256": sha256_text(patch),
+                        "resolved": instance in resolved,
+                    }
                 )
 
     # Dataset rows: auto-code-rover's acr-run-1 has a meta.json (task_info = the Lite row) for every task.
@@ -205,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     sources = [*SOURCES]
     for repository in sorted({str(i["repository"]) for i in instances}):
         sources.append(
-            {"repository": repository, "licence": TASK_LICENCES[repository], "what": "task repository: base trees"}
+            {
+                "repository": repository,
+                "licence": TASK_LICENCES[repository],
+                "what": "task repository: base trees",
+            }
         )
     manifest = {
         "name": NAME,
@@ -237,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     preference = []
     for instance in sorted(kept_ids):
         distinct: dict[str, list[str]] = {}
-        for c in sorted((c for c in recipe.candidates if c.instance == instance and c.resolved), key=lambda c: c.run):
+        for c in sorted(
+            (c for c in recipe.candidates if c.instance == instance and c.resolved), key=lambda c: c.run
+        ):
             distinct.setdefault(c.sha256, []).append(c.run)
         if len(distinct) >= 2:
             preference.append(

@@ -38,6 +38,7 @@ from grader.evaluation.recipe import (
 )
 from grader.filelock import file_lock
 from grader.gitcmd import git
+from grader.gitcmd import out as git_out
 from grader.mirrors import MirrorCache, default_cache_dir, has_commit
 
 TRACKS = ("preference", "verification")
@@ -79,7 +80,13 @@ def candidate_paths(repository: str, root: Path) -> list[Path]:
     """Where a source root may hold OWNER/NAME: OWNER/NAME, OWNER/NAME.git, OWNER+NAME and OWNER+NAME/repo."""
     owner, name = repository.split("/", 1)
     flat = root / f"{owner}+{name}"
-    return [root / owner / name, root / owner / f"{name}.git", flat, flat / "repo", root / f"{owner}+{name}.git"]
+    return [
+        root / owner / name,
+        root / owner / f"{name}.git",
+        flat,
+        flat / "repo",
+        root / f"{owner}+{name}.git",
+    ]
 
 
 @dataclass
@@ -156,6 +163,8 @@ class PrepareReport:
     """Instances left out because their task repository is missing (only with `partial`)."""
     resumed: int = 0
     """Steps found done by an earlier run."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Instance -> why its base tree cannot be read whole (only with `partial`)."""
 
 
 class _State:
@@ -184,7 +193,11 @@ class _State:
 
 
 def _fingerprint(recipe: Recipe) -> str:
-    parts = [(recipe.root / name).read_bytes() for name in sorted(os.listdir(recipe.root)) if name.endswith((".json", ".jsonl"))]
+    parts = [
+        (recipe.root / name).read_bytes()
+        for name in sorted(os.listdir(recipe.root))
+        if name.endswith((".json", ".jsonl"))
+    ]
     return sha256_bytes(b"\0".join(parts))
 
 
@@ -234,7 +247,11 @@ def prepare(
             lines = "\n".join(f"  - {r}: {fix_command(r, recipe.name)}" for r in missing)
             raise SourceMissing(
                 f"benchmark {recipe.name}: {len(missing)} source repositories are not here:\n{lines}"
-                + ("" if partial else "\n(or --partial to prepare the instances whose task repository is here)")
+                + (
+                    ""
+                    if partial
+                    else "\n(or --partial to prepare the instances whose task repository is here)"
+                )
             )
         instances = [i for i in recipe.instances.values() if locations[i.repository] is not None]
         report.skipped = sorted(i.id for i in recipe.instances.values() if locations[i.repository] is None)
@@ -247,6 +264,7 @@ def prepare(
             if progress:
                 progress(what, done, steps)
 
+        unreadable: dict[str, str] = {}
         texts: dict[str, str] = {}
         for f in recipe.files.values():
             texts[f.id] = _checked_text(f, locations[f.repository])
@@ -260,24 +278,45 @@ def prepare(
             else:
                 row_file = instance.row
                 text = _checked_text(row_file, locations[row_file.repository])
-                row = parse_row(text, row_file.format, f"{row_file.repository}@{row_file.commit[:12]}:{row_file.path}")
+                row = parse_row(
+                    text, row_file.format, f"{row_file.repository}@{row_file.commit[:12]}:{row_file.path}"
+                )
                 if row["instance_id"] != instance.id or row["base_commit"] != instance.base_commit:
-                    raise ShaMismatch(f"{row_file.path}: the row is {row['instance_id']}@{row['base_commit']}, "
-                                      f"the recipe says {instance.id}@{instance.base_commit}")
+                    raise ShaMismatch(
+                        f"{row_file.path}: the row is {row['instance_id']}@{row['base_commit']}, "
+                        f"the recipe says {instance.id}@{instance.base_commit}"
+                    )
                 rows[instance.id] = {"statement": row["problem_statement"]}
                 state.put(f"row:{instance.id}", rows[instance.id])
             tick(instance.id)
         for repository in sorted({i.repository for i in instances}):
             commits = sorted({i.base_commit for i in instances if i.repository == repository})
             key = f"mirror:{repository}:{sha256_text(' '.join(commits))}"
-            if state.get(key) and all(mirrors.lookup(github_url(repository), c) for c in commits):
+            broken = state.get(key)
+            if broken is not None and all(mirrors.lookup(github_url(repository), c) for c in commits):
                 report.resumed += 1
             else:
-                _seed_mirror(mirrors, repository, locations[repository], commits)
-                state.put(key, True)
+                broken = _seed_mirror(mirrors, repository, locations[repository], commits)
+                state.put(key, broken)
+            for instance in instances:
+                if instance.repository == repository and instance.base_commit in broken:
+                    unreadable[instance.id] = (
+                        f"{repository}@{instance.base_commit[:12]}: {broken[instance.base_commit]}"
+                    )
             tick(f"mirror {repository}")
+        if unreadable and not partial:
+            lines = "\n".join(f"  - {i}: {why}" for i, why in sorted(unreadable.items()))
+            raise SourceMissing(
+                f"benchmark {recipe.name}: {len(unreadable)} base trees cannot be read whole from the local "
+                f"copies (a partial snapshot?): fetch a complete clone, or --partial to leave them out:\n{lines}"
+            )
+        instances = [i for i in instances if i.id not in unreadable]
+        report.skipped += sorted(unreadable)
+        report.unreadable = unreadable
         patches = _checked_patches(recipe, texts, {i.id for i in instances})
-        report.tracks["verification"] = _write_verification(recipe, instances, rows, patches, out / "verification")
+        report.tracks["verification"] = _write_verification(
+            recipe, instances, rows, patches, out / "verification"
+        )
         tick("verification")
     return report
 
@@ -289,10 +328,16 @@ def _checked_text(f: SourceFile, location: Path | None) -> str:
     try:
         data = read_at(location, f.commit, f.path)
     except GitError as exc:
-        raise GitError(["cat-file", "blob", f"{f.commit}:{f.path}"], exc.returncode, f"{where}: not in {location}: {exc.stderr}") from exc
+        raise GitError(
+            ["cat-file", "blob", f"{f.commit}:{f.path}"],
+            exc.returncode,
+            f"{where}: not in {location}: {exc.stderr}",
+        ) from exc
     digest = sha256_bytes(data)
     if digest != f.sha256:
-        raise ShaMismatch(f"sha256 mismatch: {where} (file {f.id}) hashes to {digest}, the recipe says {f.sha256}")
+        raise ShaMismatch(
+            f"sha256 mismatch: {where} (file {f.id}) hashes to {digest}, the recipe says {f.sha256}"
+        )
     return data.decode("utf-8")
 
 
@@ -314,20 +359,36 @@ def _checked_patches(recipe: Recipe, texts: dict[str, str], wanted: set[str]) ->
         if patch is None:
             raise ShaMismatch(f"{where}: no prediction for {c.instance} in the file")
         if sha256_text(patch) != c.sha256:
-            raise ShaMismatch(f"sha256 mismatch: {where}: the patch hashes to {sha256_text(patch)}, "
-                              f"the recipe says {c.sha256}")
+            raise ShaMismatch(
+                f"sha256 mismatch: {where}: the patch hashes to {sha256_text(patch)}, "
+                f"the recipe says {c.sha256}"
+            )
         if (c.instance in reports[c.report]) != c.resolved:
             raise ShaMismatch(f"{where}: the report {c.report} says resolved={not c.resolved}")
         patches[(c.instance, c.run)] = patch
     return patches
 
 
-def _seed_mirror(mirrors: MirrorCache, repository: str, location: Path | None, commits: list[str]) -> None:
-    """Make the mirror cache's entry for github_url(repository) hold every commit, from the local copy."""
+def _seed_mirror(
+    mirrors: MirrorCache, repository: str, location: Path | None, commits: list[str]
+) -> dict[str, str]:
+    """Make the mirror cache's entry for github_url(repository) hold every commit, from the local copy, and
+    check each base tree can be read whole.
+
+    The commits are fetched (a copy); when the local copy cannot be packed (a partial snapshot lacking some
+    large objects), the mirror borrows its objects through git alternates instead, so it then needs the
+    local copy to stay where it is.
+
+    Returns:
+        Base commit -> why its tree cannot be read (missing objects), for the commits that fail.
+
+    Raises:
+        GitError: a commit is not in the local copy at all.
+    """
     url = github_url(repository)
     path = mirrors.path_for(url)
     assert location is not None
-    source = str(location.resolve())
+    source = Path(git_out(["rev-parse", "--path-format=absolute", "--git-dir"], cwd=location))
     with file_lock(path.with_suffix(".lock")):
         if not path.exists():
             tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -338,13 +399,32 @@ def _seed_mirror(mirrors: MirrorCache, repository: str, location: Path | None, c
             tmp.rename(path)
         absent = [c for c in commits if not has_commit(path, c)]
         if absent:
-            git(["fetch", "--quiet", source, *absent], git_dir=path, check=False)
+            git(["fetch", "--quiet", str(source), *absent], git_dir=path, check=False)
             absent = [c for c in commits if not has_commit(path, c)]
+        if absent and all(has_commit(source, c) for c in absent):
+            alternates = path / "objects" / "info" / "alternates"
+            borrowed = alternates.read_text(encoding="utf-8").split() if alternates.exists() else []
+            if str(source / "objects") not in borrowed:
+                alternates.write_text(
+                    "\n".join([*borrowed, str(source / "objects")]) + "\n", encoding="utf-8"
+                )
+        for commit in commits:
+            if has_commit(path, commit):  # a ref keeps it through gc and documents why it is here
+                git(["update-ref", f"refs/gagar/base/{commit}", commit], git_dir=path)
+        absent = [c for c in commits if not has_commit(path, c)]
         if absent:
-            git(["fetch", "--quiet", source, "+refs/*:refs/remotes/seed/*"], git_dir=path, check=False)
-            absent = [c for c in commits if not has_commit(path, c)]
-    if absent:
-        raise GitError(["fetch"], 1, f"{repository}: base commits not in {location}: {', '.join(absent[:3])}")
+            raise GitError(
+                ["fetch", str(source)],
+                1,
+                f"{repository}: base commits not in {location}: {', '.join(absent[:3])}",
+            )
+        broken = {}
+        for commit in commits:
+            proc = git(["archive", "--format=tar", "-o", os.devnull, commit], git_dir=path, check=False)
+            if proc.returncode != 0:
+                first = proc.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
+                broken[commit] = first[0] if first else f"git archive exited {proc.returncode}"
+    return broken
 
 
 def _dedupe(candidates: Iterable[Candidate]) -> tuple[list[Candidate], int]:
@@ -378,7 +458,11 @@ def verification_groups(recipe: Recipe) -> dict[str, tuple[list[Candidate], list
 
 
 def _write_verification(
-    recipe: Recipe, instances: list[Any], rows: dict[str, dict[str, Any]], patches: dict[tuple[str, str], str], folder: Path
+    recipe: Recipe,
+    instances: list[Any],
+    rows: dict[str, dict[str, Any]],
+    patches: dict[tuple[str, str], str],
+    folder: Path,
 ) -> dict[str, int]:
     wanted = {i.id: i for i in instances}
     groups = {k: v for k, v in verification_groups(recipe).items() if k in wanted}
@@ -391,25 +475,42 @@ def _write_verification(
     for instance_id, (resolved, unresolved) in groups.items():
         instance = wanted[instance_id]
         trajectories = [
-            {"id": c.run, "patch": patches[(c.instance, c.run)], "passed": True, "metadata": {"resolved": c.resolved}}
+            {
+                "id": c.run,
+                "patch": patches[(c.instance, c.run)],
+                "passed": True,
+                "metadata": {"resolved": c.resolved},
+            }
             for c in [*resolved, *unresolved]
         ]
         candidates += len(trajectories)
-        group_lines.append({
-            "group_id": instance_id,
-            "task": {"repo": github_url(instance.repository), "base_commit": instance.base_commit,
-                     "statement": rows[instance_id]["statement"]},
-            "trajectories": trajectories,
-        })
-        reference_lines.append({
-            "group_id": instance_id, "kind": "ranking",
-            "ranking": [[c.run for c in resolved], [c.run for c in unresolved]],
-        })
+        group_lines.append(
+            {
+                "group_id": instance_id,
+                "task": {
+                    "repo": github_url(instance.repository),
+                    "base_commit": instance.base_commit,
+                    "statement": rows[instance_id]["statement"],
+                },
+                "trajectories": trajectories,
+            }
+        )
+        reference_lines.append(
+            {
+                "group_id": instance_id,
+                "kind": "ranking",
+                "ranking": [[c.run for c in resolved], [c.run for c in unresolved]],
+            }
+        )
         pairs += len(resolved) * len(unresolved)
         provenance["repositories"][github_url(instance.repository)] = {"repository": instance.repository}
         provenance["patches"][instance_id] = {
-            c.run: {"repository": recipe.files[c.predictions].repository, "commit": recipe.files[c.predictions].commit,
-                    "path": recipe.files[c.predictions].path, "label": recipe.files[c.report].path}
+            c.run: {
+                "repository": recipe.files[c.predictions].repository,
+                "commit": recipe.files[c.predictions].commit,
+                "path": recipe.files[c.predictions].path,
+                "label": recipe.files[c.report].path,
+            }
             for c in [*resolved, *unresolved]
         }
     manifest = {
@@ -426,8 +527,12 @@ def _write_verification(
     _write(tmp / "benchmark.json", manifest)
     _write(tmp / "split.json", split)
     _write(tmp / "provenance.json", provenance)
-    (tmp / "groups" / "verification.jsonl").write_text("".join(json.dumps(g) + "\n" for g in group_lines), encoding="utf-8")
-    (tmp / "references.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reference_lines), encoding="utf-8")
+    (tmp / "groups" / "verification.jsonl").write_text(
+        "".join(json.dumps(g) + "\n" for g in group_lines), encoding="utf-8"
+    )
+    (tmp / "references.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in reference_lines), encoding="utf-8"
+    )
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return {"groups": len(groups), "candidates": candidates, "pairs": pairs}
@@ -477,7 +582,11 @@ def resolve_bench(name_or_path: str, track: str | None) -> str:
     track = track or "preference"
     folder = prepared_root() / name / track
     if not (folder / "benchmark.json").is_file():
-        hint = "" if track != "preference" else " (the preference track has no labelled pairs yet: try --track verification)"
+        hint = (
+            ""
+            if track != "preference"
+            else " (the preference track has no labelled pairs yet: try --track verification)"
+        )
         raise NotPrepared(
             f"benchmark {name} is not prepared (no {folder}){hint}: run\n  gagar bench prepare {name} --source-root DIR"
             f"\n(`gagar bench prepare {name} --list-sources` lists the repositories DIR must hold)"

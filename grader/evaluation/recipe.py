@@ -176,20 +176,30 @@ def load_recipe(folder: Path | str) -> Recipe:
         where = f"instances.jsonl:{number}"
         repository = str(item.get("repository", ""))
         if repository in EXCLUDED_REPOSITORIES:
-            raise RecipeError(f"{where}: {item.get('instance')}: {repository} is held out of gagar benchmarks")
+            raise RecipeError(
+                f"{where}: {item.get('instance')}: {repository} is held out of gagar benchmarks"
+            )
         if repository not in licensed:
             raise RecipeError(f"{where}: task repository {repository!r} is not a source with a licence")
         row = _file(item.get("row"), f"{where}: row")
-        instances[str(item["instance"])] = Instance(str(item["instance"]), repository, item["base_commit"], row)
+        instances[str(item["instance"])] = Instance(
+            str(item["instance"]), repository, item["base_commit"], row
+        )
     candidates = []
     for number, item in _jsonl(root / "candidates.jsonl"):
         where = f"candidates.jsonl:{number}"
         run = runs.get(item.get("run"))
         if run is None or item.get("instance") not in instances:
-            raise RecipeError(f"{where}: unknown run {item.get('run')!r} or instance {item.get('instance')!r}")
+            raise RecipeError(
+                f"{where}: unknown run {item.get('run')!r} or instance {item.get('instance')!r}"
+            )
         candidates.append(
             Candidate(
-                item["instance"], item["run"], item["sha256"], bool(item["resolved"]), run["predictions"],
+                item["instance"],
+                item["run"],
+                item["sha256"],
+                bool(item["resolved"]),
+                run["predictions"],
                 run["report"],
             )
         )
