@@ -98,6 +98,10 @@ class SourceLocator:
     online: bool = False
     clone_root: Path = field(default_factory=lambda: prepared_root() / "sources")
 
+    def __post_init__(self) -> None:
+        self.roots = [Path(root) for root in self.roots]
+        self.given = {repository: Path(path) for repository, path in self.given.items()}
+
     def find(self, repository: str) -> Path | None:
         """The git directory (or work tree) of `repository`, or None when none is here.
 
