@@ -146,7 +146,17 @@ def test_prepare_writes_the_verification_track_and_eval_scores_it(
     assert bench.groups["acme__widget-1"].task.repo == "https://github.com/acme/widget"
     out = tmp_path / "run"
     code = cli.main(
-        ["eval", "--bench", str(sources["recipe"]), "--track", "verification", "--out", str(out), "--bootstrap", "0"]
+        [
+            "eval",
+            "--bench",
+            str(sources["recipe"]),
+            "--track",
+            "verification",
+            "--out",
+            str(out),
+            "--bootstrap",
+            "0",
+        ]
     )
     evaluation = json.loads((out / "eval.json").read_text())
     assert code == 0, capsys.readouterr()
@@ -171,7 +181,9 @@ def test_a_missing_source_is_named_with_the_command_that_fixes_it(
     message = str(caught.value)
     assert "acme/widget: git clone --bare https://github.com/acme/widget" in message
     assert "acme/runs" not in message.split("not here:")[1]
-    code = cli.main(["bench", "prepare", str(sources["recipe"]), "--source-root", str(only_data), "--offline"])
+    code = cli.main(
+        ["bench", "prepare", str(sources["recipe"]), "--source-root", str(only_data), "--offline"]
+    )
     assert code == 2 and "acme/widget" in capsys.readouterr().err
     # --source names the missing one by hand.
     given = f"{TASK}={sources['task']}"
@@ -202,7 +214,9 @@ def test_a_file_moved_later_is_read_at_the_pinned_commit_and_a_wrong_path_is_nam
     report = prepare(load_recipe(sources["recipe"]), SourceLocator(roots=[sources["root"]]))
     assert report.tracks["verification"]["groups"] == 2
     manifest = json.loads((sources["recipe"] / "recipe.json").read_text())
-    manifest["files"]["run-a/predictions"]["path"] = "moved-run-a/preds.jsonl"  # not there at the pinned commit
+    manifest["files"]["run-a/predictions"]["path"] = (
+        "moved-run-a/preds.jsonl"  # not there at the pinned commit
+    )
     (sources["recipe"] / "recipe.json").write_text(json.dumps(manifest))
     with pytest.raises(GitError, match=r"acme/runs@\w{12}:moved-run-a/preds.jsonl: not in"):
         prepare(load_recipe(sources["recipe"]), SourceLocator(roots=[sources["root"]]))
@@ -216,7 +230,8 @@ from grader.evaluation.recipe import load_recipe
 def progress(what, done, total):
     if done == {6}:  # the two rows are done; the mirror is next
         os.kill(os.getpid(), signal.SIGKILL)
-prepare(load_recipe({str(sources["recipe"])!r}), SourceLocator(roots=[{str(sources["root"])!r}]), progress=progress)
+recipe = load_recipe({str(sources["recipe"])!r})
+prepare(recipe, SourceLocator(roots=[{str(sources["root"])!r}]), progress=progress)
 """
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     killed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
@@ -239,7 +254,9 @@ def test_an_unprepared_recipe_says_so_and_gives_the_command(
         resolve_bench(str(sources["recipe"]), "verification")
     assert cli.main(["bench", "check", str(sources["recipe"]), "--track", "verification", "--no-probes"]) == 2
     assert "is not prepared" in capsys.readouterr().err
-    code = cli.main(["eval", "--bench", str(sources["recipe"]), "--track", "verification", "--out", str(tmp_path)])
+    code = cli.main(
+        ["eval", "--bench", str(sources["recipe"]), "--track", "verification", "--out", str(tmp_path)]
+    )
     assert code == 2 and "gagar bench prepare tiny-recipe" in capsys.readouterr().err
 
 
@@ -256,3 +273,31 @@ def test_the_committed_swebench_lite_recipe_is_pointers_only() -> None:
         if path.is_file():
             text = path.read_text(encoding="utf-8")
             assert "diff --git" not in text and "problem_statement" not in text, path
+
+
+def test_the_llm_grader_mode_for_a_verification_track_drops_the_all_pass_claim(sources: dict) -> None:
+    import argparse
+
+    from grader.cli_options import add_grading_arguments, grading_from_args
+    from grader.graders.llm import ALL_PASS_CLAIM, LLMGrader, candidates_may_fail
+    from grader.prompts import load_prompts
+
+    shipped = load_prompts().system
+    assert ALL_PASS_CLAIM.search(shipped), "prompts/system.md no longer words the claim the mode replaces"
+    changed = candidates_may_fail(shipped)
+    assert "already" not in changed and "may not fix the task" in changed
+    assert "may not fix the task" in candidates_may_fail("A custom prompt.")
+
+    prepare(load_recipe(sources["recipe"]), SourceLocator(roots=[sources["root"]]))
+    bench = load_benchmark(resolve_bench(str(sources["recipe"]), "verification"))
+    parser = argparse.ArgumentParser()
+    add_grading_arguments(parser)
+    args = parser.parse_args(["--grader", "llm", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"])
+    grading = grading_from_args(args)
+    assert not grading.grader_options.get("candidates_may_fail")
+    cli.bench_grading_mode(bench, grading)
+    grader = LLMGrader(**grading.grader_options)
+    assert grader.config.candidates_may_fail
+    heuristic = grading_from_args(parser.parse_args(["--grader", "heuristic"]))
+    cli.bench_grading_mode(bench, heuristic)
+    assert "candidates_may_fail" not in heuristic.grader_options

@@ -232,15 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     manifest = {
         "name": NAME,
         "recipe": 1,
-        "description": "Published SWE-bench Lite predictions with their published resolved labels, as pointers: "
+        "description": "Published SWE-bench Lite predictions with their published resolved labels, as "
+        "pointers: "
         "`gagar bench prepare swebench-lite` reads them on the user's machine. Tracks: verification "
         "(resolved over unresolved, labels from the reports alone) and preference (our labelled pairs of "
         "resolved patches). psf/requests and pallets/flask instances are held out.",
         "sources": sources,
         "rules": [
-            "a candidate is a non-empty published patch; an unresolved one must be listed as applied when the "
+            "a candidate is a non-empty published patch; an unresolved one must be listed as applied when "
+            "the "
             "report lists applied patches",
-            "patches of one instance are deduplicated by text (the first run by name is kept); a text published "
+            "patches of one instance are deduplicated by text (the first run by name is kept); a text "
+            "published "
             "both resolved and unresolved is dropped",
             "psf/requests and pallets/flask instances are never included",
         ],

@@ -78,16 +78,22 @@ def _eval_inputs(
     return load_groups(inputs, pass_threshold=args.pass_threshold), references, None
 
 
+def bench_grading_mode(bench: Benchmark, grading: GradingArguments) -> None:
+    """Set what a benchmark asks of the grader: a verification track marks resolved and unresolved patches
+    alike as passing, so a grader that can be told (the LLM grader's `candidates_may_fail`) must not be told
+    that they all pass the tests."""
+    config = GRADERS.get(grading.grader).config
+    takes_mode = config is not None and "candidates_may_fail" in {f.name for f in dataclasses.fields(config)}
+    if bench.manifest.get("candidates_may_fail") and takes_mode:
+        grading.grader_options["candidates_may_fail"] = True
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     console = Console()
     items, references, bench = _eval_inputs(args)
     grading = grading_from_args(args, transcript_dir=args.out / "transcripts")
-    config = GRADERS.get(grading.grader).config
-    takes_mode = config is not None and "candidates_may_fail" in {f.name for f in dataclasses.fields(config)}
-    if bench is not None and bench.manifest.get("candidates_may_fail") and takes_mode:
-        # A verification track marks resolved and unresolved patches alike as passing: the LLM grader's
-        # prompt must not claim they all pass the tests.
-        grading.grader_options["candidates_may_fail"] = True
+    if bench is not None:
+        bench_grading_mode(bench, grading)
     make_grader = grader_factory(args, grading)
     options = grading.options
     evaluation, results = harness.evaluate(

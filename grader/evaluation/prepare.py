@@ -312,7 +312,8 @@ def prepare(
             lines = "\n".join(f"  - {i}: {why}" for i, why in sorted(unreadable.items()))
             raise SourceMissing(
                 f"benchmark {recipe.name}: {len(unreadable)} base trees cannot be read whole from the local "
-                f"copies (a partial snapshot?): fetch a complete clone, or --partial to leave them out:\n{lines}"
+                f"copies (a partial snapshot?): fetch a complete clone, or --partial to leave them "
+                f"out:\n{lines}"
             )
         instances = [i for i in instances if i.id not in unreadable]
         report.skipped += sorted(unreadable)
@@ -447,7 +448,8 @@ def _dedupe(candidates: Iterable[Candidate]) -> tuple[list[Candidate], int]:
 
 
 def verification_groups(recipe: Recipe) -> dict[str, tuple[list[Candidate], list[Candidate]]]:
-    """Instance -> (resolved, unresolved) distinct candidates, for every instance with at least one of each."""
+    """Instance -> (resolved, unresolved) distinct candidates, for every instance with at least one of
+    each."""
     by_instance: dict[str, list[Candidate]] = {}
     for c in recipe.candidates:
         by_instance.setdefault(c.instance, []).append(c)
@@ -521,7 +523,8 @@ def _write_verification(
         "name": f"{recipe.name}/verification",
         "format": 1,
         "track": "verification",
-        "description": "Resolved over unresolved published predictions of one instance, every candidate graded "
+        "description": "Resolved over unresolved published predictions of one instance, every candidate "
+        "graded "
         "as passing; labels from the published harness reports alone. Prepared from the recipe "
         f"{recipe.root.name} by gagar bench prepare.",
         "sources": recipe.manifest["sources"],
@@ -592,7 +595,8 @@ def resolve_bench(name_or_path: str, track: str | None) -> str:
             else " (the preference track has no labelled pairs yet: try --track verification)"
         )
         raise NotPrepared(
-            f"benchmark {name} is not prepared (no {folder}){hint}: run\n  gagar bench prepare {name} --source-root DIR"
+            f"benchmark {name} is not prepared (no {folder}){hint}: run\n"
+            f"  gagar bench prepare {name} --source-root DIR"
             f"\n(`gagar bench prepare {name} --list-sources` lists the repositories DIR must hold)"
         )
     return str(folder)

@@ -36,7 +36,8 @@ ROW_FORMATS = ("acr-meta",)
 
 
 class RecipeError(GagarError, ValueError):
-    """A recipe folder that breaks its format, or a source file that does not parse; the message says where."""
+    """A recipe folder that breaks its format, or a source file that does not parse; the message says
+    where."""
 
 
 @dataclass(frozen=True)
