@@ -69,8 +69,9 @@ def sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object
     patches = {
         "run-a": {instances[0]: patch_for("1"), instances[1]: patch_for("2")},
         "run-b": {instances[0]: patch_for("10"), instances[1]: patch_for("20")},
+        "run-c": {instances[0]: patch_for("1  # also one")},
     }
-    resolved = {"run-a": [instances[0]], "run-b": [instances[1]]}
+    resolved = {"run-a": [instances[0]], "run-b": [instances[1]], "run-c": [instances[0]]}
     for run in patches:
         (data / run).mkdir()
         (data / run / "preds.jsonl").write_text(
@@ -135,11 +136,13 @@ def test_prepare_writes_the_verification_track_and_eval_scores_it(
 ) -> None:
     recipe = load_recipe(sources["recipe"])
     report = prepare(recipe, SourceLocator(roots=[sources["root"]]))
-    assert report.tracks["verification"] == {"groups": 2, "candidates": 4, "pairs": 2}
+    assert report.tracks["verification"] == {"groups": 2, "candidates": 5, "pairs": 3}
+    assert "preference" not in report.tracks  # nothing labelled yet
     bench = load_benchmark(resolve_bench(str(sources["recipe"]), "verification"))
     assert bench.manifest["candidates_may_fail"] is True
     assert all(t.passed for g in bench.groups.values() for t in g.trajectories)
-    assert [p.pair for p in bench.references["acme__widget-1"].preferences] == [("run-a", "run-b")]
+    pairs = {p.pair for p in bench.references["acme__widget-1"].preferences}
+    assert pairs == {("run-a", "run-b"), ("run-c", "run-b")}
     assert bench.references["acme__widget-2"].preferences[0].pair == ("run-b", "run-a")
     assert bench.repository_of("acme__widget-1") == TASK
     # The groups name the task by URL; the mirror cache answers for it offline.
@@ -160,7 +163,7 @@ def test_prepare_writes_the_verification_track_and_eval_scores_it(
     )
     evaluation = json.loads((out / "eval.json").read_text())
     assert code == 0, capsys.readouterr()
-    assert evaluation["overall"]["graded"] == 2 and evaluation["overall"]["scored_pairs"] == 2
+    assert evaluation["overall"]["graded"] == 2 and evaluation["overall"]["scored_pairs"] == 3
 
 
 def test_list_sources_prints_every_repository_one_per_line(
@@ -228,7 +231,7 @@ import os, signal, sys
 from grader.evaluation.prepare import SourceLocator, prepare
 from grader.evaluation.recipe import load_recipe
 def progress(what, done, total):
-    if done == {6}:  # the two rows are done; the mirror is next
+    if what == "acme__widget-2":  # the two rows are done; the mirror is next
         os.kill(os.getpid(), signal.SIGKILL)
 recipe = load_recipe({str(sources["recipe"])!r})
 prepare(recipe, SourceLocator(roots=[{str(sources["root"])!r}]), progress=progress)
@@ -301,3 +304,32 @@ def test_the_llm_grader_mode_for_a_verification_track_drops_the_all_pass_claim(s
     heuristic = grading_from_args(parser.parse_args(["--grader", "heuristic"]))
     cli.bench_grading_mode(bench, heuristic)
     assert "candidates_may_fail" not in heuristic.grader_options
+
+
+def test_labelled_preference_pairs_become_the_preference_track(
+    sources: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe_dir: Path = sources["recipe"]
+    with pytest.raises(Exception, match="no labelled preference pairs yet"):
+        resolve_bench(str(recipe_dir), None)
+    pair = {"group_id": "acme__widget-1", "better": "run-a", "worse": "run-c"}
+    (recipe_dir / "references.jsonl").write_text(
+        json.dumps({**pair, "category": "hygiene", "reason": "run-c leaves a comment behind"}) + "\n"
+    )
+    labels = [
+        {"group_id": "acme__widget-1", "a": "run-a", "b": "run-c", "labeller": who, "verdict": "a"}
+        for who in ("first", "second")
+    ]
+    (recipe_dir / "labels.jsonl").write_text("".join(json.dumps(label) + "\n" for label in labels))
+    manifest = json.loads((recipe_dir / "recipe.json").read_text())
+    manifest["labellers"] = {"first": "a test", "second": "another test"}
+    (recipe_dir / "recipe.json").write_text(json.dumps(manifest))
+    report = prepare(load_recipe(recipe_dir), SourceLocator(roots=[sources["root"]]))
+    assert report.tracks["preference"] == {"groups": 1, "candidates": 2, "pairs": 1}
+    bench = load_benchmark(resolve_bench(str(recipe_dir), None))  # the default track
+    assert bench.manifest["candidates_may_fail"] is False
+    assert bench.agreement().agreed == 1
+    assert [t.id for t in bench.groups["acme__widget-1"].trajectories] == ["run-a", "run-c"]
+    out = tmp_path / "pref"
+    assert cli.main(["eval", "--bench", str(recipe_dir), "--out", str(out), "--bootstrap", "0"]) == 0
+    assert json.loads((out / "eval.json").read_text())["overall"]["scored_pairs"] == 1

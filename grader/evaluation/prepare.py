@@ -322,6 +322,9 @@ def prepare(
         report.tracks["verification"] = _write_verification(
             recipe, instances, rows, patches, out / "verification"
         )
+        preference = _write_preference(recipe, instances, rows, patches, out / "preference")
+        if preference is not None:
+            report.tracks["preference"] = preference
         tick("verification")
     return report
 
@@ -470,26 +473,98 @@ def _write_verification(
     patches: dict[tuple[str, str], str],
     folder: Path,
 ) -> dict[str, int]:
-    wanted = {i.id: i for i in instances}
+    wanted = {i.id for i in instances}
     groups = {k: v for k, v in verification_groups(recipe).items() if k in wanted}
+    references = []
+    for instance_id, (resolved, unresolved) in groups.items():
+        annotated = [
+            {"better": b.run, "worse": w.run, "category": "correctness", "reason": VERIFICATION_REASON}
+            for b in resolved
+            for w in unresolved
+        ]
+        references.append(
+            {
+                "group_id": instance_id,
+                "kind": "ranking",
+                "ranking": [[c.run for c in resolved], [c.run for c in unresolved]],
+                "preferences": annotated,
+            }
+        )
+    description = (
+        "Resolved over unresolved published predictions of one instance, every candidate graded as passing; "
+        "labels from the published harness reports alone."
+    )
+    candidates = {k: [*r, *u] for k, (r, u) in groups.items()}
+    return _write_track(
+        recipe, "verification", description, candidates, references, rows, patches, folder, may_fail=True
+    )
+
+
+def preference_candidates(recipe: Recipe) -> dict[str, list[Candidate]]:
+    """Instance -> its textually distinct resolved candidates (deduplicated as for verification), for every
+    instance with two or more."""
+    by_instance: dict[str, list[Candidate]] = {}
+    for c in recipe.candidates:
+        by_instance.setdefault(c.instance, []).append(c)
+    found = {}
+    for instance, candidates in sorted(by_instance.items()):
+        resolved = [c for c in _dedupe(candidates)[0] if c.resolved]
+        if len(resolved) >= 2:
+            found[instance] = resolved
+    return found
+
+
+def _write_preference(
+    recipe: Recipe,
+    instances: list[Any],
+    rows: dict[str, dict[str, Any]],
+    patches: dict[tuple[str, str], str],
+    folder: Path,
+) -> dict[str, int] | None:
+    """The preference track: the recipe's labelled pairs over the distinct resolved patches; None (and no
+    folder) while nothing is labelled."""
+    path = recipe.root / "references.jsonl"
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not lines:
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    labelled = {str(line["group_id"]) for line in lines}
+    wanted = {i.id for i in instances}
+    candidates = {k: v for k, v in preference_candidates(recipe).items() if k in labelled and k in wanted}
+    description = (
+        "Pairs of resolved published patches of one instance where one is clearly better, labelled by us."
+    )
+    copies = {
+        name: recipe.root / name for name in ("references.jsonl", "labels.jsonl", "probes.json", "probes")
+    }
+    return _write_track(
+        recipe, "preference", description, candidates, None, rows, patches, folder, copies=copies
+    )
+
+
+def _write_track(
+    recipe: Recipe,
+    track: str,
+    description: str,
+    groups: dict[str, list[Candidate]],
+    references: list[dict[str, Any]] | None,
+    rows: dict[str, dict[str, Any]],
+    patches: dict[tuple[str, str], str],
+    folder: Path,
+    *,
+    may_fail: bool = False,
+    copies: dict[str, Path] | None = None,
+) -> dict[str, int]:
+    """Write one track as a benchmark folder (atomically: a temporary folder renamed into place)."""
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "groups").mkdir(parents=True)
-    group_lines, reference_lines = [], []
-    provenance: dict[str, Any] = {"bundles": {}, "repositories": {}, "patches": {}, "labellers": {}}
-    pairs = candidates = 0
-    for instance_id, (resolved, unresolved) in groups.items():
-        instance = wanted[instance_id]
-        trajectories = [
-            {
-                "id": c.run,
-                "patch": patches[(c.instance, c.run)],
-                "passed": True,
-                "metadata": {"resolved": c.resolved},
-            }
-            for c in [*resolved, *unresolved]
-        ]
-        candidates += len(trajectories)
+    group_lines = []
+    labellers = recipe.manifest.get("labellers", {})
+    provenance: dict[str, Any] = {"bundles": {}, "repositories": {}, "patches": {}, "labellers": labellers}
+    for instance_id, candidates in groups.items():
+        instance = recipe.instances[instance_id]
         group_lines.append(
             {
                 "group_id": instance_id,
@@ -498,17 +573,17 @@ def _write_verification(
                     "base_commit": instance.base_commit,
                     "statement": rows[instance_id]["statement"],
                 },
-                "trajectories": trajectories,
+                "trajectories": [
+                    {
+                        "id": c.run,
+                        "patch": patches[(c.instance, c.run)],
+                        "passed": True,
+                        "metadata": {"resolved": c.resolved},
+                    }
+                    for c in candidates
+                ],
             }
         )
-        reference_lines.append(
-            {
-                "group_id": instance_id,
-                "kind": "ranking",
-                "ranking": [[c.run for c in resolved], [c.run for c in unresolved]],
-            }
-        )
-        pairs += len(resolved) * len(unresolved)
         provenance["repositories"][github_url(instance.repository)] = {"repository": instance.repository}
         provenance["patches"][instance_id] = {
             c.run: {
@@ -517,32 +592,63 @@ def _write_verification(
                 "path": recipe.files[c.predictions].path,
                 "label": recipe.files[c.report].path,
             }
-            for c in [*resolved, *unresolved]
+            for c in candidates
         }
     manifest = {
-        "name": f"{recipe.name}/verification",
+        "name": f"{recipe.name}/{track}",
         "format": 1,
-        "track": "verification",
-        "description": "Resolved over unresolved published predictions of one instance, every candidate "
-        "graded "
-        "as passing; labels from the published harness reports alone. Prepared from the recipe "
-        f"{recipe.root.name} by gagar bench prepare.",
+        "track": track,
+        "description": f"{description} Prepared from the recipe {recipe.name} by gagar bench prepare.",
         "sources": recipe.manifest["sources"],
-        "candidates_may_fail": True,
+        "candidates_may_fail": may_fail,
     }
     split = {name: sorted(i for i in groups if recipe.split[i] == name) for name in ("dev", "test")}
     _write(tmp / "benchmark.json", manifest)
     _write(tmp / "split.json", split)
     _write(tmp / "provenance.json", provenance)
-    (tmp / "groups" / "verification.jsonl").write_text(
+    (tmp / "groups" / f"{track}.jsonl").write_text(
         "".join(json.dumps(g) + "\n" for g in group_lines), encoding="utf-8"
     )
-    (tmp / "references.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in reference_lines), encoding="utf-8"
-    )
+    if references is not None:
+        (tmp / "references.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in references), encoding="utf-8"
+        )
+    for name, source in (copies or {}).items():
+        _copy_for_groups(source, tmp / name, set(groups))
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
-    return {"groups": len(groups), "candidates": candidates, "pairs": pairs}
+    return {
+        "groups": len(groups),
+        "candidates": sum(len(c) for c in groups.values()),
+        "pairs": _count_pairs(folder / "references.jsonl"),
+    }
+
+
+def _copy_for_groups(source: Path, target: Path, groups: set[str]) -> None:
+    """Copy our own work into a track: JSONL lines and probes.json entries of the groups written (a partial
+    prepare leaves some out), probe scripts as they are."""
+    if source.is_dir():
+        shutil.copytree(source, target)
+    elif source.suffix == ".jsonl" and source.is_file():
+        lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+        kept = [line for line in lines if str(json.loads(line).get("group_id")) in groups]
+        target.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    elif source.is_file():
+        items = json.loads(source.read_text(encoding="utf-8"))
+        _write(target, [item for item in items if str(item.get("group_id")) in groups])
+
+
+def _count_pairs(path: Path) -> int:
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return sum(
+        1 if "better" in line else len(line.get("preferences", []) or []) or _ranking_pairs(line)
+        for line in lines
+    )
+
+
+def _ranking_pairs(line: dict[str, Any]) -> int:
+    tiers = [len(tier) for tier in line.get("ranking", [])]
+    return sum(a * b for i, a in enumerate(tiers) for b in tiers[i + 1 :])
 
 
 def _write(path: Path, data: Any) -> None:
@@ -585,17 +691,19 @@ def resolve_bench(name_or_path: str, track: str | None) -> str:
         if track is not None:
             raise InputFileError(f"--track needs a recipe benchmark; {name_or_path!r} is a plain benchmark")
         return name_or_path
-    name = load_recipe(recipe).name
+    loaded = load_recipe(recipe)
+    name = loaded.name
     track = track or "preference"
+    labelled = (recipe / "references.jsonl").is_file() and (recipe / "references.jsonl").read_text().strip()
+    if track == "preference" and not labelled:
+        raise InputFileError(
+            f"benchmark {name} has no labelled preference pairs yet ({recipe / 'references.jsonl'} is "
+            "empty): use --track verification"
+        )
     folder = prepared_root() / name / track
     if not (folder / "benchmark.json").is_file():
-        hint = (
-            ""
-            if track != "preference"
-            else " (the preference track has no labelled pairs yet: try --track verification)"
-        )
         raise NotPrepared(
-            f"benchmark {name} is not prepared (no {folder}){hint}: run\n"
+            f"benchmark {name} is not prepared (no {folder}): run\n"
             f"  gagar bench prepare {name} --source-root DIR"
             f"\n(`gagar bench prepare {name} --list-sources` lists the repositories DIR must hold)"
         )
