@@ -361,11 +361,16 @@ def cmd_bench_prepare(args: argparse.Namespace) -> int:
         )
     if result.resumed:
         out.print(f"{result.resumed} steps were already done (resumed)", highlight=False)
-    if result.skipped:
+    absent = [i for i in result.skipped if i not in result.unreadable]
+    if absent:
         out.print(
-            f"[yellow]{len(result.skipped)} instances left out: their task repository is not here "
+            f"[yellow]{len(absent)} instances left out: their task repository is not here "
             f"(`gagar bench prepare {recipe.name} --list-sources`)[/]",
             highlight=False,
+        )
+    for instance, why in sorted(result.unreadable.items()):
+        out.print(
+            f"[yellow]left out {instance}: its base tree cannot be read whole: {why}[/]", highlight=False
         )
     if "preference" not in result.tracks:
         out.print("preference track: no labelled pairs yet (references.jsonl is empty)", highlight=False)

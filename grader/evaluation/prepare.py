@@ -37,6 +37,7 @@ from grader.evaluation.recipe import (
     sha256_text,
 )
 from grader.filelock import file_lock
+from grader.formats import swebench_environment
 from grader.gitcmd import git
 from grader.gitcmd import out as git_out
 from grader.mirrors import MirrorCache, default_cache_dir, has_commit
@@ -196,13 +197,16 @@ class _State:
         tmp.replace(self.path)
 
 
+STATE_FORMAT = b"2"
+"""Bumped when what state.json caches changes (2: rows carry the task's environment)."""
+
+
 def _fingerprint(recipe: Recipe) -> str:
+    # The pointer files only: labelling (references, labels, probes) redoes no source step.
     parts = [
-        (recipe.root / name).read_bytes()
-        for name in sorted(os.listdir(recipe.root))
-        if name.endswith((".json", ".jsonl"))
+        (recipe.root / name).read_bytes() for name in ("recipe.json", "instances.jsonl", "candidates.jsonl")
     ]
-    return sha256_bytes(b"\0".join(parts))
+    return sha256_bytes(b"\0".join([STATE_FORMAT, *parts]))
 
 
 def missing_sources(recipe: Recipe, locator: SourceLocator) -> list[str]:
@@ -290,7 +294,9 @@ def prepare(
                         f"{row_file.path}: the row is {row['instance_id']}@{row['base_commit']}, "
                         f"the recipe says {instance.id}@{instance.base_commit}"
                     )
-                rows[instance.id] = {"statement": row["problem_statement"]}
+                # The task's environment (interpreter, install recipe, test command) from swebench's
+                # pinned tables, so probes and the LLM grader's `run` get the task's layer.
+                rows[instance.id] = {"statement": row["problem_statement"], "task": swebench_environment(row)}
                 state.put(f"row:{instance.id}", rows[instance.id])
             tick(instance.id)
         for repository in sorted({i.repository for i in instances}):
@@ -572,6 +578,7 @@ def _write_track(
                     "repo": github_url(instance.repository),
                     "base_commit": instance.base_commit,
                     "statement": rows[instance_id]["statement"],
+                    **rows[instance_id].get("task", {}),
                 },
                 "trajectories": [
                     {
