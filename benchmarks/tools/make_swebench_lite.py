@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, str]] = {}
     candidates: list[dict[str, object]] = []
     skipped: Counter[str] = Counter()
+    code_of: dict[tuple[str, str], str] = {}
     for run, (repository, commit), pred_path, fmt, report_path, system in RUNS:
         for role, path, file_format in (
             ("predictions", pred_path, fmt),
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             read_at(locations[repository], commit, report_path).decode(), report_path
         )
         for instance, patch in sorted(patches.items()):
+            code_of[(instance, run)] = code_signature(patch)
             repo = instance.rsplit("-", 1)[0].replace("__", "/")
             if repo in EXCLUDED_REPOSITORIES:
                 skipped["held-out repository"] += 1
@@ -273,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
                     "repository": recipe.instances[str(instance)].repository,
                     "split": recipe.split[str(instance)],
                     "candidates": [runs_ for runs_ in distinct.values()],
+                    # The same texts grouped again ignoring whitespace, comments and added files outside
+                    # the package (reproduction scripts): one group means the fixes are the same code.
+                    "same_code": _same_code(
+                        [runs_[0] for runs_ in distinct.values()], str(instance), code_of
+                    ),
                 }
             )
     # Only the instances of a track are kept (fewer rows to read at prepare time).
@@ -296,6 +303,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def code_signature(patch: str) -> str:
+    """What a patch changes in code, ignoring whitespace, `#` comments and new top-level files (the scripts
+    agents leave behind): two patches with one signature make the same fix."""
+    kept, skip = [], False
+    for line in patch.splitlines():
+        if line.startswith("diff --git "):
+            path = line.split(" b/", 1)[-1]
+            skip = "/" not in path  # a new file at the top of the tree
+            continue
+        if skip or not line.startswith(("+", "-")) or line.startswith(("+++", "---")):
+            continue
+        code = line[1:].split("#", 1)[0]
+        code = "".join(code.split())
+        if code:
+            kept.append(line[0] + code)
+    return sha256_text("\n".join(kept))
+
+
+def _same_code(runs: list[str], instance: str, code_of: dict[tuple[str, str], str]) -> list[list[str]]:
+    groups: dict[str, list[str]] = {}
+    for run in runs:
+        groups.setdefault(code_of[(instance, run)], []).append(run)
+    return list(groups.values())
+
+
 def _counts(recipe, verification, preference) -> dict[str, object]:  # type: ignore[no-untyped-def]
     by_repo: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for instance, (resolved, unresolved) in verification.items():
@@ -304,6 +336,8 @@ def _counts(recipe, verification, preference) -> dict[str, object]:  # type: ign
         by_repo[repo]["verification_pairs"] += len(resolved) * len(unresolved)
     for item in preference:
         by_repo[item["repository"]]["preference_instances"] += 1
+        if len(item["same_code"]) >= 2:
+            by_repo[item["repository"]]["preference_instances_distinct_code"] += 1
         k = len(item["candidates"])
         by_repo[item["repository"]]["preference_candidate_pairs"] += k * (k - 1) // 2
     totals: Counter[str] = Counter()
