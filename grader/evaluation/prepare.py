@@ -209,11 +209,6 @@ def _fingerprint(recipe: Recipe) -> str:
     return sha256_bytes(b"\0".join([STATE_FORMAT, *parts]))
 
 
-def missing_sources(recipe: Recipe, locator: SourceLocator) -> list[str]:
-    """The OWNER/NAME the recipe reads that the locator cannot find (no cloning)."""
-    return [r for r in recipe.repositories() if locator.find(r) is None]
-
-
 def prepare(
     recipe: Recipe,
     locator: SourceLocator,
@@ -725,7 +720,6 @@ __all__ = [
     "SourceLocator",
     "SourceMissing",
     "TRACKS",
-    "missing_sources",
     "prepare",
     "prepared_root",
     "resolve_bench",
