@@ -317,7 +317,11 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
 
 def cmd_bench_prepare(args: argparse.Namespace) -> int:
     """`gagar bench prepare`: read a recipe's sources at their pinned commits, check every sha256 and write
-    its tracks into the cache (grader.evaluation.prepare)."""
+    its tracks into the cache (grader.evaluation.prepare).
+
+    Raises:
+        InputFileError: no such recipe, or a --source that is not OWNER/NAME=PATH.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     recipe_dir = find_recipe(args.bench)
