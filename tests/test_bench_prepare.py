@@ -333,3 +333,13 @@ def test_labelled_preference_pairs_become_the_preference_track(
     out = tmp_path / "pref"
     assert cli.main(["eval", "--bench", str(recipe_dir), "--out", str(out), "--bootstrap", "0"]) == 0
     assert json.loads((out / "eval.json").read_text())["overall"]["scored_pairs"] == 1
+
+
+def test_a_prepared_track_is_refused_as_distillation_input(sources: dict) -> None:
+    from grader.distill.benchmarks import benchmark_folders, load_benchmarks
+
+    prepare(load_recipe(sources["recipe"]), SourceLocator(roots=[sources["root"]]))
+    folders = benchmark_folders([], [prepared_root()])
+    assert prepared_root() / "tiny-recipe" / "verification" in folders
+    group = load_benchmark(resolve_bench(str(sources["recipe"]), "verification")).groups["acme__widget-1"]
+    assert "is in the benchmark" in (load_benchmarks(folders).refusal(group) or "")
