@@ -241,6 +241,29 @@ def test_one_layer_serves_every_tree_of_an_environment_version(tmp_path) -> None
     assert probe.stdout.strip() == "1.15.0", probe.stderr
 
 
+def test_a_vcs_requirement_is_left_out_listed_and_the_rest_installs(tmp_path) -> None:
+    # flask 2.0's requirements/dev.txt names sphinx by git URL: offline, that one line failed the layer.
+    spec = EnvironmentSpec(
+        repository="gagar-tests/unhonoured",
+        version="1",
+        python="3.9",
+        requirements_files=("requirements.txt",),
+    )
+    tree = _tree(
+        tmp_path / "t",
+        "-r docs.txt\nsix==1.16.0\n",
+        "X = 1\n",
+    )
+    (tree / "docs.txt").write_text("git+https://github.com/sphinx-doc/sphinx.git@v4.0.0#egg=sphinx\n")
+    layer = build_environment(spec, tree, force=True)
+    assert layer.unhonoured == ("docs.txt:1: git+https://github.com/sphinx-doc/sphinx.git@v4.0.0#egg=sphinx",)
+    assert "unhonoured" in layer.note
+    assert "git+" in (tree / "docs.txt").read_text()  # the caller's tree is not touched, only the staged copy
+    with open_sandbox(make_repo(tmp_path), image=layer.tag) as sb:
+        probe = sb.exec("base", "python -c 'import six; print(six.__version__)'")
+    assert probe.stdout.strip() == "1.16.0", probe.stderr
+
+
 def _group_file(tmp_path: Path, name: str, tasks: list[dict]) -> Path:
     from grader.formats import load_group_file, write_groups
     from tests.conftest import EXAMPLE_GROUP

@@ -16,6 +16,7 @@ from grader.concurrency import Concurrency
 from grader.distill.benchmarks import benchmark_folders, load_benchmarks
 from grader.distill.run import DistillConfig, Plan, distill
 from grader.evaluation.benchmark import benchmark_roots
+from grader.evaluation.prepare import prepared_root
 from grader.formats import check_inputs
 from grader.graders.llm_config import LLMConfig
 from grader.terminal import printable
@@ -37,7 +38,9 @@ def cmd_distill(args: argparse.Namespace) -> int:
     config = DistillConfig(**config_from_args(DistillConfig, args))
     teacher = config_from_args(LLMConfig, args, only=TEACHER_FIELDS)
     resources = Concurrency(**config_from_args(Concurrency, args))
-    folders = benchmark_folders(args.benchmark, [] if args.no_default_benchmarks else benchmark_roots())
+    # Prepared recipe benchmarks (gagar bench prepare) live in the cache: refused as well.
+    search = [] if args.no_default_benchmarks else [*benchmark_roots(), prepared_root()]
+    folders = benchmark_folders(args.benchmark, search)
     benchmarks = load_benchmarks(folders)
     tally = {"done": 0, "kept": 0, "tokens": 0}
     with Progress(

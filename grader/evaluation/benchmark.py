@@ -189,7 +189,10 @@ class Benchmark:
         Returns:
             The repository as the provenance names it.
         """
-        bundle = _bundle_key(self.root, self.groups[group_id])
+        group = self.groups[group_id]
+        if group.task.repo in self.provenance.get("repositories", {}):
+            return str(self.provenance["repositories"][group.task.repo]["repository"])
+        bundle = _bundle_key(self.root, group)
         return str(self.provenance["bundles"][bundle]["repository"])
 
 
@@ -543,7 +546,14 @@ def _check_provenance(bench: Benchmark, problems: list[str], check_bundles: bool
         return
     licensed = {str(s["repository"]) for s in bench.manifest["sources"]}
     bundles: dict[str, set[str]] = {}
+    # A prepared recipe (grader.evaluation.prepare) names its task repositories by URL instead of bundling
+    # them: the mirror cache holds their base commits.
+    named = provenance.get("repositories") or {}
     for gid, group in bench.groups.items():
+        if group.task.repo in named:
+            if named[group.task.repo].get("repository") not in licensed:
+                problems.append(f"provenance.json: repositories: {group.task.repo!r} is not in sources")
+            continue
         key = _bundle_key(bench.root, group)
         if not key.startswith("bundles/") or not key.endswith(".bundle"):
             problems.append(f"groups/: group {gid!r}: task.repo is not under bundles/: {group.task.repo!r}")

@@ -7,6 +7,7 @@ their own.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -24,9 +25,11 @@ from grader.evaluation import degrade as degrading
 from grader.evaluation import harness
 from grader.evaluation.benchmark import SPLITS, Benchmark, bundle_base_tree, load_benchmark
 from grader.evaluation.consensus import ConsensusGrader
+from grader.evaluation.prepare import TRACKS, SourceLocator, find_recipe, prepare, resolve_bench
+from grader.evaluation.recipe import load_recipe
 from grader.formats import LoadError, check_inputs, load_groups
 from grader.graders import get_grader
-from grader.graders.base import Grader
+from grader.graders.base import GRADERS, Grader
 from grader.models import Group
 from grader.pipeline import write_results
 from grader.references import Reference, load_references, write_references
@@ -64,11 +67,11 @@ def _eval_inputs(
     if args.bench is not None:
         if args.inputs:
             raise InputFileError("--bench brings its own groups: give no group files")
-        bench = load_benchmark(args.bench)
+        bench = load_benchmark(resolve_bench(args.bench, args.track))
         ids = bench.group_ids(args.split)
         return [bench.groups[gid] for gid in ids], {gid: bench.references[gid] for gid in ids}, bench
-    if args.split is not None:
-        raise InputFileError("--split needs --bench")
+    if args.split is not None or args.track is not None:
+        raise InputFileError("--split and --track need --bench")
     if not args.inputs:
         raise InputFileError("give the group files to grade against --reference")
     inputs = check_inputs(args.inputs)
@@ -76,10 +79,22 @@ def _eval_inputs(
     return load_groups(inputs, pass_threshold=args.pass_threshold), references, None
 
 
+def bench_grading_mode(bench: Benchmark, grading: GradingArguments) -> None:
+    """Set what a benchmark asks of the grader: a verification track marks resolved and unresolved patches
+    alike as passing, so a grader that can be told (the LLM grader's `candidates_may_fail`) must not be told
+    that they all pass the tests."""
+    config = GRADERS.get(grading.grader).config
+    takes_mode = config is not None and "candidates_may_fail" in {f.name for f in dataclasses.fields(config)}
+    if bench.manifest.get("candidates_may_fail") and takes_mode:
+        grading.grader_options["candidates_may_fail"] = True
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     console = Console()
     items, references, bench = _eval_inputs(args)
     grading = grading_from_args(args, transcript_dir=args.out / "transcripts")
+    if bench is not None:
+        bench_grading_mode(bench, grading)
     make_grader = grader_factory(args, grading)
     options = grading.options
     evaluation, results = harness.evaluate(
@@ -236,7 +251,7 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
     from grader.evaluation.probes import run_probes
 
     console = Console()
-    bench = load_benchmark(args.bench)
+    bench = load_benchmark(resolve_bench(args.bench, args.track))
     counts = bench.counts()
     console.print(
         f"benchmark {bench.name} ({bench.root}): {len(bench.groups)} groups, "
@@ -297,6 +312,72 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
         write_text_atomic(args.out / "check.json", json.dumps(report, indent=2) + "\n")
         console.print(f"-> {args.out / 'check.json'}", highlight=False)
     return 0 if holds else 1
+
+
+def cmd_bench_prepare(args: argparse.Namespace) -> int:
+    """`gagar bench prepare`: read a recipe's sources at their pinned commits, check every sha256 and write
+    its tracks into the cache (grader.evaluation.prepare).
+
+    Raises:
+        InputFileError: no such recipe, or a --source that is not OWNER/NAME=PATH.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    recipe_dir = find_recipe(args.bench)
+    if recipe_dir is None:
+        raise InputFileError(
+            f"no recipe {args.bench!r} (a folder with recipe.json) in {args.bench} or the benchmark folders"
+        )
+    recipe = load_recipe(recipe_dir)
+    if args.list_sources:
+        print("\n".join(recipe.repositories()))
+        return 0
+    given: dict[str, Path] = {}
+    for item in args.source:
+        repository, sep, path = item.partition("=")
+        if not sep or repository.count("/") != 1:
+            raise InputFileError(f"--source {item!r}: give OWNER/NAME=PATH")
+        given[repository] = Path(path)
+    locator = SourceLocator(roots=list(args.source_root), given=given, online=not args.offline)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("prepare {task.fields[name]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("prepare", total=None, name=recipe.name, last="locating sources")
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, last=what)
+
+        result = prepare(recipe, locator, partial=args.partial, progress=progress)
+    out = Console()
+    for track, figures in result.tracks.items():
+        out.print(
+            f"{recipe.name}/{track}: {figures['groups']} groups, {figures['candidates']} candidates, "
+            f"{figures['pairs']} pairs -> {result.root / track}",
+            highlight=False,
+        )
+    if result.resumed:
+        out.print(f"{result.resumed} steps were already done (resumed)", highlight=False)
+    absent = [i for i in result.skipped if i not in result.unreadable]
+    if absent:
+        out.print(
+            f"[yellow]{len(absent)} instances left out: their task repository is not here "
+            f"(`gagar bench prepare {recipe.name} --list-sources`)[/]",
+            highlight=False,
+        )
+    for instance, why in sorted(result.unreadable.items()):
+        out.print(
+            f"[yellow]left out {instance}: its base tree cannot be read whole: {why}[/]", highlight=False
+        )
+    if "preference" not in result.tracks:
+        out.print("preference track: no labelled pairs yet (references.jsonl is empty)", highlight=False)
+    return 0
 
 
 def cmd_bench_bundle(args: argparse.Namespace) -> int:
@@ -382,6 +463,11 @@ def register(subparsers: Any) -> None:
     )
     evaluate.add_argument("--split", choices=SPLITS, help="only this split of the benchmark (default: all)")
     evaluate.add_argument(
+        "--track",
+        choices=TRACKS,
+        help="a prepared recipe's track (default preference); verification grades every candidate as passing",
+    )
+    evaluate.add_argument(
         "--bootstrap",
         type=int,
         default=2000,
@@ -415,7 +501,42 @@ def register(subparsers: Any) -> None:
     check.add_argument("--backend", default="docker", help="sandbox backend the probes run in")
     check.add_argument("--no-probes", action="store_true", help="validate and count only")
     check.add_argument("--out", type=Path, help="also write check.json there")
+    check.add_argument("--track", choices=TRACKS, help="a prepared recipe's track (default preference)")
     check.set_defaults(func=cmd_bench_check)
+    prep = bench_commands.add_parser(
+        "prepare",
+        help="materialize a recipe benchmark into the cache from its public sources, checking every sha256",
+    )
+    prep.add_argument("bench", metavar="NAME_OR_PATH", help="a recipe folder or name (benchmarks/NAME)")
+    prep.add_argument(
+        "--source-root",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder holding source repositories as OWNER/NAME git dirs, bare or not (repeatable)",
+    )
+    prep.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="OWNER/NAME=PATH",
+        help="one source repository's local git copy (repeatable)",
+    )
+    prep.add_argument(
+        "--list-sources", action="store_true", help="print every OWNER/NAME the recipe needs and exit"
+    )
+    prep.add_argument(
+        "--offline",
+        action="store_true",
+        help="never clone a missing source from https://github.com/OWNER/NAME",
+    )
+    prep.add_argument(
+        "--partial",
+        action="store_true",
+        help="prepare the instances whose task repository is here and list the others",
+    )
+    prep.set_defaults(func=cmd_bench_prepare)
     bundle = bench_commands.add_parser(
         "bundle", help="write a base tree as a bundle of one root commit; print its provenance record"
     )

@@ -304,6 +304,8 @@ class LLMGrader:
 
     def _opening(self, toolbox: Toolbox, labels: list[str], view: GradingView, native: bool) -> list[dict]:
         system = self.prompts.system
+        if self.config.candidates_may_fail:
+            system = candidates_may_fail(system)
         if not native:
             described = "\n".join(
                 f"- {s['name']}: {s['description']}\n  arguments: {json.dumps(s['parameters'])}"
@@ -437,7 +439,7 @@ class LLMGrader:
             str(c.seed),
             hashlib.sha256(c.secret.encode()).hexdigest()[:8] if c.secret is not None else "",
             str(c.sandbox),
-            str(c.show_failing),
+            str(c.show_failing) + ("+may-fail" if c.candidates_may_fail else ""),
             json.dumps(asdict(c.budgets), sort_keys=True),
         ]
         return "|".join(parts)
@@ -471,3 +473,19 @@ class LLMGrader:
 
 
 __all__ = ["Budgets", "LLMConfig", "LLMGrader"]
+
+
+ALL_PASS_CLAIM = re.compile(r"Every\s+candidate\s+below\s+already\s+passes\s+the\s+task's\s+tests\.")
+"""The shipped system prompt's claim (prompts/system.md), across its line breaks."""
+MAY_FAIL = (
+    "Some candidates below may not fix the task: they were not all checked against its tests. A candidate "
+    "that does not solve the task as stated ranks below every one that does."
+)
+
+
+def candidates_may_fail(system: str) -> str:
+    """The system prompt without its claim that every candidate passes the tests, saying instead that some
+    may not fix the task (the note is appended when a custom prompt words the claim otherwise)."""
+    if ALL_PASS_CLAIM.search(system):
+        return ALL_PASS_CLAIM.sub(MAY_FAIL, system, count=1)
+    return system + "\n\n" + MAY_FAIL

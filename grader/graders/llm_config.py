@@ -46,6 +46,9 @@ class LLMConfig:
     """Sandbox backend the run tool executes code in, one registered in `BACKENDS` (none: no run tool)."""
     show_failing: bool = False
     """Show failing trajectories for contrast."""
+    candidates_may_fail: bool = False
+    """Do not tell the model every candidate passes the tests: say some may not fix the task (a verification
+    benchmark grades resolved and unresolved patches alike, every one marked as passing)."""
     seed: int | None = None
     """Seed for labels and their order (default: random, recorded). `gagar eval` grading k uses seed + k."""
     secret: str | None = field(default=None, metadata={"cli": None})

@@ -37,7 +37,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from grader.errors import EnvironmentBuildError, ImageBuildError
 from grader.filelock import file_lock
 from grader.sandbox.images import HASH_LABEL, build_interpreter_image, image_hash
 from grader.sandbox.interpreters import InterpreterChoice, choose_interpreter
+from grader.sandbox.requirements import honour, unhonourable
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,10 @@ class EnvironmentImage:
     """The build log (None when nothing was built)."""
     notes: tuple[str, ...] = field(default=())
     """What the caller should be told: the interpreter that stands in, requirements files not found."""
+    unhonoured: tuple[str, ...] = field(default=())
+    """Requirement lines left out because an offline build cannot honour them (VCS URLs, hosts other than
+    PyPI, other indexes), as "FILE:LINE: text" (grader.sandbox.requirements); the layer is built without
+    them and fails only when what remains does not install."""
 
     @property
     def note(self) -> str:
@@ -179,18 +184,32 @@ def build_environment(
     tag = environment_tag(spec, choice)
     with tempfile.TemporaryDirectory(prefix="gagar-env-") as tmp:
         context = Path(tmp)
-        requirements = _stage_context(spec, source, context)
+        requirements, unhonoured = _stage_context(spec, source, context)
         if spec.requirements_files and requirements is None:
             notes.append(
                 f"none of the requirements files {', '.join(spec.requirements_files)} is in the tree"
             )
-        dockerfile = _dockerfile(spec, base.tag, requirements)
+        if unhonoured:
+            shown = ", ".join(unhonoured[:3]) + (
+                f" and {len(unhonoured) - 3} more" if len(unhonoured) > 3 else ""
+            )
+            notes.append(f"left out what an offline build cannot honour (unhonoured): {shown}")
+        dockerfile = _dockerfile(
+            replace(spec, pip_packages=_honoured(spec.pip_packages)), base.tag, requirements
+        )
         (context / "Dockerfile").write_text(dockerfile)
         digest = _context_digest(context, base_id, requirements)
         with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
             if not force and image_hash(client, tag) == digest:
                 return EnvironmentImage(
-                    tag, choice, False, time.monotonic() - started, _size(client, tag), None, tuple(notes)
+                    tag,
+                    choice,
+                    False,
+                    time.monotonic() - started,
+                    _size(client, tag),
+                    None,
+                    tuple(notes),
+                    tuple(unhonoured),
                 )
             failures = FailureMemory(cache)
             remembered = None if force or retry else failures.recall(tag, digest)
@@ -216,11 +235,24 @@ def build_environment(
             failures.forget(tag)
     seconds = time.monotonic() - started
     log.info("built %s in %.0f s (log: %s)", tag, seconds, log_path)
-    return EnvironmentImage(tag, choice, True, seconds, _size(client, tag), log_path, tuple(notes))
+    return EnvironmentImage(
+        tag, choice, True, seconds, _size(client, tag), log_path, tuple(notes), tuple(unhonoured)
+    )
 
 
-def _stage_context(spec: EnvironmentSpec, source: Path | None, context: Path) -> str | None:
-    """Copy the host CA bundle and the source tree into the build context; the requirements file used."""
+def _honoured(packages: tuple[str, ...]) -> tuple[str, ...]:
+    """The pip requirements an offline build can honour (the others are listed by `_stage_context`)."""
+    return tuple(p for p in packages if not unhonourable(p))
+
+
+def _stage_context(spec: EnvironmentSpec, source: Path | None, context: Path) -> tuple[str | None, list[str]]:
+    """Copy the host CA bundle and the source tree into the build context.
+
+    Returns:
+        The requirements file used (None when none is there), and the requirement lines left out because an
+        offline build cannot honour them (from `spec.pip_packages`, the file and the files it includes; the
+        staged copies are rewritten without them).
+    """
     if HOST_CA_BUNDLE.exists():
         shutil.copyfile(HOST_CA_BUNDLE, context / "host-ca.crt")
     else:
@@ -230,10 +262,11 @@ def _stage_context(spec: EnvironmentSpec, source: Path | None, context: Path) ->
         shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git"), symlinks=True)
     else:
         src.mkdir()
+    unhonoured = [f"pip_packages: {p}" for p in spec.pip_packages if unhonourable(p)]
     for candidate in spec.requirements_files:
         if (src / candidate).is_file():
-            return candidate
-    return None
+            return candidate, unhonoured + honour(src / candidate, src)
+    return None, unhonoured
 
 
 def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> str:
