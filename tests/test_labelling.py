@@ -34,13 +34,37 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_the_committed_pairs_are_what_the_seeded_draw_writes(tmp_path: Path) -> None:
+def test_the_draw_is_seeded_and_the_committed_pairs_are_pairs_it_can_draw(tmp_path: Path) -> None:
     drawn = labelling.draw_pairs(RECIPE)
-    labelling.write_pairs(drawn, tmp_path / "pairs.jsonl")
-    assert (tmp_path / "pairs.jsonl").read_text() == (RECIPE / "labelling/pairs.jsonl").read_text()
     assert labelling.draw_pairs(RECIPE) == drawn
+    labelling.write_pairs(drawn, tmp_path / "pairs.jsonl")
+    assert labelling.read_pairs(tmp_path / "pairs.jsonl") == {p.id: p for p in drawn}
     other = labelling.draw_pairs(RECIPE, seed=27)
     assert [(p.instance, p.a, p.b) for p in other] != [(p.instance, p.a, p.b) for p in drawn]
+    # The committed file is frozen once labelling starts (a probe added later changes the draw): each of
+    # its pairs is still a pair of representatives of two code classes of an available instance.
+    preference = {item["instance"]: item for item in read_jsonl(RECIPE / "preference.jsonl")}
+    committed = labelling.read_pairs(RECIPE / "labelling/pairs.jsonl")
+    assert len(committed) == 132
+    for pair in committed.values():
+        item = preference[pair.instance]
+        representatives = {min(runs) for runs in item["same_code"]}
+        assert item["repository"] in labelling.AVAILABLE_REPOSITORIES
+        assert pair.a != pair.b and {pair.a, pair.b} <= representatives
+
+
+def test_pairs_refuses_to_renumber_an_existing_draw(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe"
+    for name in ("recipe.json", "instances.jsonl", "candidates.jsonl", "split.json", "preference.jsonl"):
+        (recipe / name).parent.mkdir(parents=True, exist_ok=True)
+        (recipe / name).write_bytes((RECIPE / name).read_bytes())
+    assert labelling.main(["--recipe", str(recipe), "pairs"]) == 0
+    written = (recipe / "labelling/pairs.jsonl").read_text()
+    assert labelling.main(["--recipe", str(recipe), "pairs"]) == 0  # the same draw: fine
+    assert labelling.main(["--recipe", str(recipe), "pairs", "--seed", "1"]) == 2
+    assert (recipe / "labelling/pairs.jsonl").read_text() == written
+    assert labelling.main(["--recipe", str(recipe), "pairs", "--seed", "1", "--force"]) == 0
+    assert (recipe / "labelling/pairs.jsonl").read_text() != written
 
 
 def test_drawn_pairs_are_between_code_classes_capped_and_skip_probed_pairs() -> None:
@@ -137,6 +161,19 @@ def test_agree_reports_agreement_and_keeps_only_agreed_pairs(tmp_path: Path) -> 
     assert {name: (tmp_path / name).read_text() for name in before} == before
 
 
+def test_a_pair_probed_since_the_draw_is_neither_labelled_nor_kept(tmp_path: Path) -> None:
+    labelled_case(tmp_path)
+    probe = {"group_id": "g", "better": "r2", "worse": "r1", "category": "behaviour", "reason": "a probe"}
+    with (tmp_path / "references.jsonl").open("a") as out:
+        out.write(json.dumps(probe) + "\n")
+    report = labelling.agree(tmp_path)
+    assert report["superseded_by_probe"] == ["p1"] and report["kept"] == 1
+    assert report["labelled"]["both"] == 5  # the labellers' agreement still counts it
+    assert all(label["a"] != "r1" for label in read_jsonl(tmp_path / "labels.jsonl"))
+    kept = [(r["better"], r["worse"]) for r in read_jsonl(tmp_path / "references.jsonl")]
+    assert kept == [("q1", "q2"), ("r2", "r1"), ("r4", "r3")]
+
+
 def test_kappa_is_undefined_when_chance_agreement_is_total() -> None:
     assert labelling.cohen_kappa(["A", "A"], ["A", "A"]) is None
     assert labelling.cohen_kappa([], []) is None
@@ -162,19 +199,25 @@ def test_a_bad_labeller_line_is_named(tmp_path: Path, line: dict, message: str) 
         labelling.agree(tmp_path)
 
 
-def test_agreed_pairs_contradicting_a_probed_pair_write_nothing(tmp_path: Path) -> None:
-    labelled_case(tmp_path)
+def test_agreed_pairs_closing_a_cycle_with_a_probed_pair_write_nothing(tmp_path: Path) -> None:
+    labelled_case(tmp_path)  # the probed pair: q1 > q2
     write_jsonl(
         tmp_path / "labelling/pairs.jsonl",
-        [{"pair": "p1", "instance": "g", "repository": "o/n", "split": "test", "A": "q1", "B": "q2"}],
+        [
+            {"pair": "p1", "instance": "g", "repository": "o/n", "split": "test", "A": "q2", "B": "q3"},
+            {"pair": "p2", "instance": "g", "repository": "o/n", "split": "test", "A": "q3", "B": "q1"},
+        ],
     )
     for name in ("labeller-a", "labeller-b"):
         write_jsonl(
             tmp_path / f"labelling/{name}.jsonl",
-            [{"pair": "p1", "verdict": "B", "category": "design", "reason": "q2 is simpler"}],
+            [
+                {"pair": pair, "verdict": "A", "category": "design", "reason": "simpler"}
+                for pair in ("p1", "p2")
+            ],
         )
     before = (tmp_path / "references.jsonl").read_text()
-    with pytest.raises(InvalidReference):
+    with pytest.raises(InvalidReference, match="cycl"):
         labelling.agree(tmp_path)
     assert (tmp_path / "references.jsonl").read_text() == before
     assert not (tmp_path / "labels.jsonl").exists() and not (tmp_path / "labelling/agreement.json").exists()

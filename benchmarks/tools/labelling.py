@@ -9,7 +9,8 @@ whose sources are usable here, one representative per `same_code` class (the run
 code, ignoring whitespace, comments and new top-level files) and every pair between classes, at most
 `--per-instance` of them (a seeded choice), each shown in a seeded orientation as A and B. Pairs already in
 `references.jsonl` (the probed correctness and behaviour pairs) are left out. Same recipe and seed: the same
-file.
+file. Labels refer to pair ids, so a draw that differs from an existing `pairs.jsonl` (a probe added since
+changes it) is refused unless `--force`.
 
 `show` prints one pair as a labeller sees it: the task statement and the two patches as A and B, never a run
 name. A labeller reads pairs only through `show` and writes `labelling/labeller-X.jsonl`, one line per pair:
@@ -18,8 +19,9 @@ name. A labeller reads pairs only through `show` and writes `labelling/labeller-
 `agree` reads both labellers' files, writes `labelling/agreement.json` (counts, raw agreement, Cohen's kappa
 over verdicts, per category), writes every doubly labelled pair's two records into `labels.jsonl` (the
 benchmark format's double-labelling records) and the pairs both labellers call the same side better with the
-same category into `references.jsonl`; disagreements and "none" are left out. Rerunning it replaces what an
-earlier run wrote, nothing else.
+same category into `references.jsonl`; disagreements and "none" are left out. A pair a probe has ordered
+since the draw counts in the agreement but is neither recorded nor kept (it belongs to the probe track).
+Rerunning it replaces what an earlier run wrote, nothing else.
 """
 
 from __future__ import annotations
@@ -242,12 +244,19 @@ def cohen_kappa(first: list[str], second: list[str], labels: tuple[str, ...] = V
 
 
 def agreement_report(
-    pairs: dict[str, Pair], first: dict[str, Verdict], second: dict[str, Verdict]
+    pairs: dict[str, Pair],
+    first: dict[str, Verdict],
+    second: dict[str, Verdict],
+    superseded: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
-    """Counts, raw agreement, kappa over verdicts and per-category figures over the pairs both labelled."""
+    """Counts, raw agreement, kappa over verdicts and per-category figures over the pairs both labelled.
+
+    `superseded`: pairs a probe has ordered since they were drawn; they count in the agreement (it measures
+    the labellers) but are not kept.
+    """
     both = sorted(set(first) & set(second))
     va, vb = [first[p].verdict for p in both], [second[p].verdict for p in both]
-    kept = [p for p in both if _agreed(first[p], second[p])]
+    kept = [p for p in both if _agreed(first[p], second[p]) and p not in superseded]
     same_side = [p for p in both if first[p].verdict == second[p].verdict and first[p].verdict != "none"]
     kappa = cohen_kappa(va, vb)
     per_category = {
@@ -276,6 +285,7 @@ def agreement_report(
         "opposite_sides": sum({first[p].verdict, second[p].verdict} == {"A", "B"} for p in both),
         "one_none": sum((first[p].verdict == "none") != (second[p].verdict == "none") for p in both),
         "both_none": sum(first[p].verdict == "none" == second[p].verdict for p in both),
+        "superseded_by_probe": sorted(set(both) & superseded),
         "kept": len(kept),
         "per_category": per_category,
     }
@@ -300,8 +310,15 @@ def agree(recipe_root: Path) -> dict[str, Any]:
     pairs = read_pairs(folder / "pairs.jsonl")
     first = read_verdicts(folder / "labeller-a.jsonl", pairs)
     second = read_verdicts(folder / "labeller-b.jsonl", pairs)
-    report = agreement_report(pairs, first, second)
-    both = sorted(set(first) & set(second))
+    references_path = recipe_root / "references.jsonl"
+    # A pair a probe has ordered since the draw belongs to the probe track: no label record, no label
+    # reference (the benchmark format would otherwise see it both probed and labelled).
+    probed = _decided_pairs(references_path)
+    superseded = frozenset(
+        p for p, pair in pairs.items() if frozenset((pair.a, pair.b)) in probed.get(pair.instance, set())
+    )
+    report = agreement_report(pairs, first, second, superseded)
+    both = sorted((set(first) & set(second)) - superseded)
     ours = {(pairs[p].instance, frozenset((pairs[p].a, pairs[p].b))) for p in pairs}
 
     labels_path = recipe_root / "labels.jsonl"
@@ -319,7 +336,6 @@ def agree(recipe_root: Path) -> dict[str, Any]:
             }
             labels.append(json.dumps(record))
 
-    references_path = recipe_root / "references.jsonl"
     references = []
     for line in _jsonl_lines(references_path):
         item = json.loads(line)
@@ -401,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     draw = sub.add_parser("pairs", help="draw the pairs into labelling/pairs.jsonl")
     draw.add_argument("--seed", type=int, default=26)
     draw.add_argument("--per-instance", type=int, default=10)
+    draw.add_argument("--force", action="store_true", help="replace a pairs.jsonl that differs")
     one = sub.add_parser("show", help="print one pair as a labeller sees it")
     one.add_argument("pair")
     one.add_argument("--source-root", type=Path, action="append", required=True)
@@ -409,7 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "pairs":
             pairs = draw_pairs(args.recipe, args.seed, args.per_instance)
-            write_pairs(pairs, args.recipe / FOLDER / "pairs.jsonl")
+            target = args.recipe / FOLDER / "pairs.jsonl"
+            if target.is_file() and not args.force and read_pairs(target) != {p.id: p for p in pairs}:
+                # labels refer to pair ids: a redraw (new probes change it) must not renumber silently
+                raise LabellingError(f"{target}: exists and differs from this draw; --force replaces it")
+            write_pairs(pairs, target)
             by_repo = Counter(p.repository for p in pairs)
             print(
                 f"{len(pairs)} pairs over {len({p.instance for p in pairs})} instances: "
