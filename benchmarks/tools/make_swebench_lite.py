@@ -252,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "files": files,
     }
+    previous = out / "recipe.json"
+    if previous.is_file():  # the labellers are our own work (labelling.py agree), not derived from sources
+        labellers = json.loads(previous.read_text(encoding="utf-8")).get("labellers")
+        if labellers:
+            manifest["labellers"] = labellers
     _write(out / "recipe.json", manifest)
     _lines(out / "instances.jsonl", instances)
     _lines(out / "candidates.jsonl", candidates)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from grader.evaluation.prepare import SourceLocator, preference_candidates, read_at
-from grader.evaluation.recipe import load_recipe, parse_predictions, parse_row
+from grader.evaluation.recipe import Recipe, RecipeError, load_recipe, parse_predictions, parse_row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,26 +34,46 @@ def main(argv: list[str] | None = None) -> int:
     if not candidates:
         print(f"{args.instance}: not a preference instance (fewer than two distinct resolved patches)")
         return 2
-    instance = recipe.instances[args.instance]
+    print(task_header(recipe, locator, args.instance))
+    order = sorted(candidates, key=lambda c: hashlib.sha256(f"{args.instance}:{c.run}".encode()).hexdigest())
+    for letter, candidate in zip("ABCDEFGHIJKLMNOP", order, strict=False):
+        shown = f" = {candidate.run}" if args.reveal else ""
+        print(f"## candidate {letter}{shown}\n\n{patch_text(recipe, locator, args.instance, candidate.run)}")
+    return 0
+
+
+def task_header(recipe: Recipe, locator: SourceLocator, instance_id: str) -> str:
+    """The instance's title line and problem statement, read from its dataset row at its pinned commit.
+
+    Raises:
+        RecipeError: the row's source is not here, or it does not parse.
+    """
+    instance = recipe.instances[instance_id]
     row_source = locator.find(instance.row.repository)
-    assert row_source is not None, instance.row.repository
+    if row_source is None:
+        raise RecipeError(f"{instance_id}: source {instance.row.repository} not found under --source-root")
     row = parse_row(
         read_at(row_source, instance.row.commit, instance.row.path).decode(),
         instance.row.format,
         instance.row.path,
     )
-    print(
-        f"# {args.instance} ({instance.repository} @ {instance.base_commit})\n\n{row['problem_statement']}\n"
-    )
-    order = sorted(candidates, key=lambda c: hashlib.sha256(f"{args.instance}:{c.run}".encode()).hexdigest())
-    for letter, candidate in zip("ABCDEFGHIJKLMNOP", order, strict=False):
-        f = recipe.files[candidate.predictions]
-        source = locator.find(f.repository)
-        assert source is not None, f.repository
-        patch = parse_predictions(read_at(source, f.commit, f.path).decode(), f.format, f.path)[args.instance]
-        shown = f" = {candidate.run}" if args.reveal else ""
-        print(f"## candidate {letter}{shown}\n\n{patch}")
-    return 0
+    return f"# {instance_id} ({instance.repository} @ {instance.base_commit})\n\n{row['problem_statement']}\n"
+
+
+def patch_text(recipe: Recipe, locator: SourceLocator, instance_id: str, run: str) -> str:
+    """The patch `run` published for `instance_id`, read from its predictions file at its pinned commit.
+
+    Raises:
+        RecipeError: no such candidate, its source is not here, or the file does not parse.
+    """
+    found = [c for c in recipe.candidates if c.instance == instance_id and c.run == run]
+    if not found:
+        raise RecipeError(f"{instance_id}: no candidate of run {run!r}")
+    f = recipe.files[found[0].predictions]
+    source = locator.find(f.repository)
+    if source is None:
+        raise RecipeError(f"{instance_id}: source {f.repository} not found under --source-root")
+    return parse_predictions(read_at(source, f.commit, f.path).decode(), f.format, f.path)[instance_id]
 
 
 if __name__ == "__main__":
