@@ -20,7 +20,7 @@ from grader.cache import CachedGrader
 from grader.cli_examples import add_examples
 from grader.cli_options import GradingArguments, add_grading_arguments, grading_from_args
 from grader.errors import GagarError, WorkspaceError
-from grader.formats import LoadError, check_inputs, load_groups, write_groups
+from grader.formats import LoadFailure, check_inputs, load_groups, write_groups
 from grader.graders.base import Grader, get_grader
 from grader.models import GroupResult
 from grader.pipeline import grade_indexed, write_results
@@ -100,7 +100,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     grader = make_grader(grading.grader, grading.grader_options, args.cache)
     args.out.mkdir(parents=True, exist_ok=True)
     # The run directory keeps the graded groups too, so viewers can show patches without the inputs.
-    write_groups([item for item in items if not isinstance(item, LoadError)], args.out / "groups.jsonl")
+    write_groups([item for item in items if not isinstance(item, LoadFailure)], args.out / "groups.jsonl")
     results: dict[int, GroupResult] = {}  # written in input order, whatever order they finish in
     with Progress(
         TextColumn("grading"),
@@ -155,9 +155,9 @@ def _stream(items: list, grader: Grader, grading: GradingArguments, args: argpar
 
 def cmd_workspace(args: argparse.Namespace) -> int:
     items = load_groups([args.group_file])
-    groups = [item for item in items if not isinstance(item, LoadError)]
+    groups = [item for item in items if not isinstance(item, LoadFailure)]
     for item in items:
-        if isinstance(item, LoadError):
+        if isinstance(item, LoadFailure):
             print(f"error: {printable(str(item))}", file=sys.stderr)
     if len(groups) != 1:
         selected = [g for g in groups if g.group_id == args.group] if args.group else []

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import GagarError, GitError, InputFileError, InvalidReference
-from grader.formats import LoadError, load_groups
+from grader.formats import LoadFailure, load_groups
 from grader.gitcmd import git, git_identity, safe_env
 from grader.gitcmd import out as git_out
 from grader.models import Group
@@ -376,7 +376,7 @@ def _load_groups(root: Path, problems: list[str]) -> dict[str, Group]:
         problems.append("groups/: no group file (*.json or *.jsonl)")
     groups: dict[str, Group] = {}
     for item in load_groups(files):
-        if isinstance(item, LoadError):
+        if isinstance(item, LoadFailure):
             problems.append(f"groups/{Path(item.source).name}: group {item.group_id!r}: {item.reason}")
         elif item.group_id in groups:
             problems.append(f"groups/: group {item.group_id!r} is defined twice")

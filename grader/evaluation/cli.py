@@ -27,7 +27,7 @@ from grader.evaluation.benchmark import SPLITS, Benchmark, bundle_base_tree, loa
 from grader.evaluation.consensus import ConsensusGrader
 from grader.evaluation.prepare import TRACKS, SourceLocator, find_recipe, prepare, resolve_bench
 from grader.evaluation.recipe import load_recipe
-from grader.formats import LoadError, check_inputs, load_groups
+from grader.formats import LoadFailure, check_inputs, load_groups
 from grader.graders import get_grader
 from grader.graders.base import GRADERS, Grader
 from grader.models import Group
@@ -60,7 +60,7 @@ def _grader(args: argparse.Namespace, make_grader: harness.GraderFactory) -> Gra
 
 def _eval_inputs(
     args: argparse.Namespace,
-) -> tuple[list[Group | LoadError], dict[str, Reference], Benchmark | None]:
+) -> tuple[list[Group | LoadFailure], dict[str, Reference], Benchmark | None]:
     """The groups to grade and their references: from a benchmark (one split or all), or from files."""
     if (args.reference is None) == (args.bench is None):
         raise InputFileError("give either --reference FILE (with group files) or --bench NAME")
@@ -412,7 +412,7 @@ def cmd_reference_consensus(args: argparse.Namespace) -> int:
             highlight=False,
         )
     for item in items:
-        if isinstance(item, LoadError):
+        if isinstance(item, LoadFailure):
             console.print(f"[yellow]{item}[/]", highlight=False)
     console.print(f"-> {args.out}", highlight=False)
     return 0 if len(references) == len(groups) and all(isinstance(i, Group) for i in items) else 1

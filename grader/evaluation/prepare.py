@@ -37,10 +37,10 @@ from grader.evaluation.recipe import (
     sha256_text,
 )
 from grader.filelock import file_lock
-from grader.formats import swebench_environment
 from grader.gitcmd import git
 from grader.gitcmd import out as git_out
 from grader.mirrors import MirrorCache, default_cache_dir, has_commit
+from grader.sandbox.swebench import swebench_environment
 
 TRACKS = ("preference", "verification")
 VERIFICATION_REASON = "the published harness report resolves the first and not the second"

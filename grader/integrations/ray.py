@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grader.formats import LoadError
+from grader.formats import LoadFailure
 from grader.graders.base import Grader, get_grader
 from grader.models import Group, GroupResult
 from grader.outcomes import Outcome
@@ -104,7 +104,7 @@ class RayGrader:
         return min(live, key=lambda i: load[i])
 
     def grade_indexed(
-        self, items: Iterable[Group | LoadError], stop: threading.Event | None = None
+        self, items: Iterable[Group | LoadFailure], stop: threading.Event | None = None
     ) -> Iterator[tuple[int, GroupResult]]:
         """(input position, result) as groups finish. Never raises for a group's own problems.
 
@@ -120,7 +120,7 @@ class RayGrader:
         pending: dict[Any, _Pending] = {}
         queue: list[tuple[int, Group, int]] = []
         for index, item in enumerate(items):
-            if isinstance(item, LoadError):
+            if isinstance(item, LoadFailure):
                 reason = f"invalid group ({item.source}): {item.reason}"
                 yield index, passthrough(item, self.name, reason, Outcome.INVALID_GROUP)
             else:
@@ -178,7 +178,7 @@ class RayGrader:
                 ),
             )
 
-    def grade(self, items: Iterable[Group | LoadError]) -> list[GroupResult]:
+    def grade(self, items: Iterable[Group | LoadFailure]) -> list[GroupResult]:
         """Every result, in input order."""
         results = dict(self.grade_indexed(items))
         return [results[i] for i in sorted(results)]
