@@ -153,3 +153,61 @@ def test_the_same_break_in_every_candidate_changes_no_order(repo: RepoFactory, m
         result = HeuristicGrader().grade(ws)
     assert result.ranking == [["plain"], ["leftover"]]
     assert result.signals["plain"]["penalty"] == 2.0  # the shared break, paid alike
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "x = " + "-" * 100_000 + "1\n",  # the parser runs out of stack: MemoryError
+        "x = " + "+0" * 300_000 + "\n",  # too deep to build the tree: RecursionError
+    ],
+)
+def test_text_too_deep_to_parse_gets_no_judgement(hostile: str) -> None:
+    # A candidate's module nested beyond what `ast` can take is text that does not parse, not a grader error.
+    assert broken_signatures(BEFORE, hostile) == []
+    assert broken_signatures(hostile, BEFORE) == []
+
+
+def test_the_heuristic_grades_a_group_whose_candidate_nests_too_deep(
+    repo: RepoFactory, mirrors: MirrorCache
+) -> None:
+    deep = {"pkg/core.py": FIX["pkg/core.py"] + "\nLIMIT = " + "+0" * 300_000 + "\n"}
+    patches = {tid: (repo.patch(edits), True) for tid, edits in {"clean": FIX, "deep": deep}.items()}
+    with open_workspace(repo.group(patches), mirrors=mirrors) as ws:
+        result = HeuristicGrader().grade(ws)
+    assert {tid for tier in result.ranking for tid in tier} == {"clean", "deep"}
+
+
+def test_parses_from_threads_are_serialised(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CPython keeps the AST constructor's recursion depth in per-interpreter state, so two threads building
+    # trees at once can fail one with "SystemError: AST constructor recursion depth mismatch"
+    # (python/cpython#106905, seen on 3.11.7): the heuristic grades groups on worker threads.
+    import ast
+    import threading
+    import time
+
+    import grader.graders.signatures as signatures
+
+    inside, most = 0, 0
+    lock = threading.Lock()
+    real_parse = ast.parse
+
+    def watched_parse(source: str, *args, **kwargs):
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.01)
+        try:
+            return real_parse(source, *args, **kwargs)
+        finally:
+            with lock:
+                inside -= 1
+
+    monkeypatch.setattr(signatures.ast, "parse", watched_parse)
+    threads = [threading.Thread(target=broken_signatures, args=(BEFORE, BEFORE)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == 1
