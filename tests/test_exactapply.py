@@ -13,20 +13,9 @@ import pytest
 
 from grader import bare, exactapply, gitobjects
 from grader.gitcmd import safe_env
+from tests.applier_fuzz_support import WORDS
+from tests.applier_fuzz_support import edit as edit_lines
 from tests.conftest import BASE_FILES, FIX, RepoFactory, run_git
-
-WORDS = [
-    "x = 1",
-    "return x",
-    "pass",
-    "",
-    "def f():",
-    "    y = 2",
-    "# note",
-    "if y:",
-    "    return y",
-    "z = [1]",
-]
 
 
 def _text(rng: random.Random, lines: int, crlf: bool = False, final_newline: bool = True) -> str:
@@ -51,23 +40,6 @@ def base_files(rng: random.Random) -> dict[str, str]:
     return files
 
 
-def _edit(rng: random.Random, text: str) -> str:
-    lines = text.split("\n")
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randrange(len(lines) + 1)
-        roll = rng.random()
-        if roll < 0.4 and at < len(lines):
-            lines[at] = rng.choice(WORDS) + " # changed"
-        elif roll < 0.7:
-            lines[at:at] = [rng.choice(WORDS) + " # added" for _ in range(rng.randint(1, 3))]
-        elif at < len(lines):
-            del lines[at : at + rng.randint(1, 3)]
-    out = "\n".join(lines)
-    if rng.random() < 0.15:  # the final newline comes or goes
-        out = out.rstrip("\n") if out.endswith("\n") else out + "\n"
-    return out
-
-
 def random_edits(rng: random.Random, files: dict[str, str]) -> dict[str, str | None]:
     edits: dict[str, str | None] = {}
     names = [n for n in files if n != "tool.sh"]
@@ -75,7 +47,7 @@ def random_edits(rng: random.Random, files: dict[str, str]) -> dict[str, str | N
         roll = rng.random()
         name = rng.choice(names)
         if roll < 0.6:
-            edits[name] = _edit(rng, files[name] if edits.get(name) is None else edits[name] or "")
+            edits[name] = edit_lines(rng, files[name] if edits.get(name) is None else edits[name] or "")
         elif roll < 0.8:
             folder = rng.choice(["", "a/", "a/b/", "new/", "new/deeper/", "c/"])
             edits[f"{folder}added{rng.randint(0, 99)}.py"] = rng.choice(["", _text(rng, rng.randint(1, 9))])
