@@ -247,11 +247,14 @@ def _content(value: Any) -> str | None:
 
 
 def _usage(value: Any) -> dict[str, Any] | None:
-    if not isinstance(value, dict) or not any(
-        isinstance(value.get(k), int) for k in ("prompt_tokens", "completion_tokens")
-    ):
+    """The usage a reply reports: a dict with an integer `prompt_tokens` or `completion_tokens`, neither of
+    them anything else (the grader adds both to its token budget); else None."""
+    if not isinstance(value, dict):
         return None
-    return value
+    counts = [value.get(k) for k in ("prompt_tokens", "completion_tokens")]
+    if any(c is not None and (not isinstance(c, int) or isinstance(c, bool)) for c in counts):
+        return None
+    return value if any(c is not None for c in counts) else None
 
 
 def _cached_tokens(usage: dict[str, Any] | None, timings: Any) -> int:
@@ -754,6 +757,10 @@ class Endpoint:
             return assembly.reply()
         except httpx.TimeoutException as exc:
             raise _Timeout(f"timed out mid-{what} ({type(exc).__name__})") from None
+        except (TypeError, AttributeError, ValueError, OverflowError) as exc:
+            # The reply is the server's data: a field of a type the chat format does not have fails the call
+            # as a garbled reply would, not as an error of the grader.
+            raise _ConnectionFailure(f"the {what} is malformed: {type(exc).__name__}: {exc}") from None
         except httpx.HTTPError as exc:
             message = f"Connection broken mid-reply: the {what} broke off: {type(exc).__name__}: {exc}"
             raise _ConnectionFailure(message) from None
