@@ -319,3 +319,14 @@ def test_usage_with_a_count_that_is_not_a_number_is_no_usage() -> None:
         endpoint = Endpoint("scripted", server.url, "x", stream=False)
         got = endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
     assert got.content == "hi" and got.usage is None
+
+
+def test_an_error_body_sent_with_status_200_is_the_error_it_names() -> None:
+    """Some proxies answer errors with status 200: the body's `error.code` is the status, retried as one."""
+    overloaded = Reply({"error": {"message": "model overloaded", "code": 503}})
+    with ScriptedServer(lambda request, n: overloaded) as server:
+        budgets = Budgets(retries=1, retry_wait_initial=0.01, retry_wait_max=0.02)
+        endpoint = Endpoint("scripted", server.url, "x", stream=False, budgets=budgets)
+        with pytest.raises(EndpointFailed, match=r"after 2 attempt\(s\): HTTP 503: model overloaded"):
+            endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+    assert len(server.requests) == 2

@@ -213,6 +213,15 @@ def _message_of(body: Any, text: str) -> str:
     return text.strip()[:500]
 
 
+def _error_in_body(body: dict[str, Any], fallback: str) -> _StatusFailure:
+    """The failure an error body sent with status 200 or inside a stream stands for: its `error.code` as the
+    status where that is an HTTP error status, else 500."""
+    error = body["error"]
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) and 400 <= code < 600 else 500
+    return _StatusFailure(status, _message_of(body, fallback), body)
+
+
 def _context_overflow(status: int, message: str, body: Any) -> str | None:
     """The reason to fail with when a server refused a request for not fitting the model's context, else None.
 
@@ -284,10 +293,7 @@ def _parse_completion(body: Any) -> Reply:
         raise _ConnectionFailure(f"the reply is not a JSON object: {str(body)[:200]}")
     choices = body.get("choices")
     if not choices and body.get("error"):
-        error = body["error"]
-        code = error.get("code") if isinstance(error, dict) else None
-        status = code if isinstance(code, int) and 400 <= code < 600 else 500
-        raise _StatusFailure(status, _message_of(body, ""), body)
+        raise _error_in_body(body, "")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise _NoChoices("the endpoint returned no choices")
     choice = choices[0]
@@ -355,10 +361,7 @@ def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             raise _ConnectionFailure(f"Connection garbled mid-reply: an event is not JSON ({exc})") from None
         if isinstance(event, dict) and event.get("error") and not event.get("choices"):
-            error = event["error"]
-            code = error.get("code") if isinstance(error, dict) else None
-            status = code if isinstance(code, int) and 400 <= code < 600 else 500
-            raise _StatusFailure(status, _message_of(event, "an error occurred during streaming"), event)
+            raise _error_in_body(event, "an error occurred during streaming")
         if isinstance(event, dict):
             yield event
 
