@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.distill.run import check_resume, read_record
 from grader.testing import ScriptedServer
 from tests.conftest import run_gagar
 from tests.distill_support import TEACHER_OPTIONS, teacher, write_inputs
@@ -91,3 +92,21 @@ def test_a_damaged_run_json_or_secret_is_named_moved_aside_and_made_again(tmp_pa
     assert f"{out / 'secret'} is damaged" in output.replace("\n", "")
     assert len(list(out.glob("secret.damaged-*"))) == 1
     assert len((out / "secret").read_text().strip()) == 32
+
+
+def test_a_file_nested_past_the_json_reader_depth_is_damaged_not_a_crash(tmp_path: Path) -> None:
+    """A record or run.json of 100,000 open brackets (a hand edit, a hostile file) is named as damaged and
+    moved aside, as a cut one is; Python's JSON reader raises RecursionError on it, no ValueError."""
+    deep = "[" * 100_000
+    record = tmp_path / "record.json"
+    record.write_text(deep)
+    found, problem = read_record(record, "g", 0)
+    assert found is None and problem.startswith("not JSON"), problem
+    (tmp_path / "run.json").write_text(deep)
+    header = {"format": 1, "fingerprints": {}, "settings": {}, "teacher": {"model": "m", "base_url": "u"}}
+    told: list[str] = []
+    check_resume(tmp_path, header, told.append)
+    assert len(told) == 1 and "run.json is damaged (not JSON" in told[0], told
+    (aside,) = tmp_path.glob("run.json.damaged-*")
+    assert aside.read_text() == deep
+    assert json.loads((tmp_path / "run.json").read_text())["format"] == 1

@@ -207,17 +207,26 @@ def read_record(path: Path, group_id: str, sample: int) -> tuple[dict[str, Any] 
         OSError: the file exists but cannot be read.
     """
     try:
-        text = path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return None, ""
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    try:
-        record = json.loads(text)
-    except ValueError as exc:
-        return None, f"not JSON ({exc})"
+    record, problem = _json_of(data)
+    if problem:
+        return None, problem
     problem = record_problem(record, group_id, sample)
     return (None, problem) if problem else (record, "")
+
+
+def _json_of(data: bytes) -> tuple[Any, str]:
+    """The JSON value of a file's bytes, or None and why it has none (never an exception)."""
+    try:
+        return json.loads(data.decode("utf-8")), ""
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    except RecursionError:  # json recurses once per level: 100,000 brackets exhaust the stack
+        return None, "not JSON (nested deeper than the JSON reader goes)"
 
 
 def record_path(out: Path, group_id: str, sample: int) -> Path:
@@ -684,12 +693,9 @@ def check_resume(out: Path, header: dict[str, Any], notify: Callable[[str], None
     notify = notify or log.warning
     before: Any = None
     if path.exists():
-        try:
-            before = json.loads(path.read_bytes().decode("utf-8"))
-        except ValueError as exc:  # UnicodeDecodeError is a ValueError
-            problem = f"not JSON ({exc})"
-        else:
-            problem = "" if isinstance(before, dict) else f"not a JSON object but {type(before).__name__}"
+        before, problem = _json_of(path.read_bytes())
+        if not problem and not isinstance(before, dict):
+            problem = f"not a JSON object but {type(before).__name__}"
         if problem:
             moved = move_aside(path)
             notify(
