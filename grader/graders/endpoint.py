@@ -126,6 +126,7 @@ class Lesson:
         return f"{self.refused}: {self.instead} (learnt from: {self.cause})"
 
     def as_dict(self) -> dict[str, str]:
+        """The lesson's fields, as a transcript's `learnt` event records them."""
         return {"option": self.option, "refused": self.refused, "instead": self.instead, "cause": self.cause}
 
 
@@ -456,7 +457,7 @@ class Endpoint:
         stream: bool = True,
         budgets: Budgets | None = None,
     ) -> None:
-        self.model, self.temperature, self.stream = model, temperature, stream
+        self.model, self.temperature = model, temperature
         self.budgets = budgets or Budgets()
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.url = base.rstrip("/") + "/chat/completions"
