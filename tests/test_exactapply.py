@@ -7,6 +7,9 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -380,3 +383,32 @@ def test_names_close_to_dot_git_are_still_applied_in_process(make_repo, tmp_path
     git_dir = tmp_path / "ws.git"
     bare.init_bare(git_dir, repo.path / ".git" / "objects", head="refs/heads/base")
     assert ours(repo, patch, git_dir, gitobjects.BaseFiles()) == git_tree(repo, patch, tmp_path)
+
+
+def test_base_trees_checked_by_threads_at_once_are_counted_once() -> None:
+    """Threads that miss the same tree together each parse it; the cache keeps it once and counts it once,
+    so its bound still holds two trees that fit (a double count evicted the first: the builds of a batch
+    then parsed the base's trees again and again)."""
+    cache = exactapply._CheckedTrees(max_entries=30_000)
+
+    def tree(count: int, prefix: str) -> tuple[str, bytes]:
+        entries = {f"{prefix}{i:06d}.py": gitobjects.Entry("100644", "a" * 40) for i in range(count)}
+        body = gitobjects.serialize_tree(entries)
+        return gitobjects.hash_object("tree", body), body
+
+    (big, big_body), (small, small_body) = tree(20_000, "f"), tree(5_000, "g")
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch mid-parse, so they all miss the tree before one stores it
+    try:
+        gate = threading.Barrier(4)
+
+        def check() -> int:
+            gate.wait()
+            return len(cache.get("", big, big_body))
+
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(lambda _: check(), range(4))) == [20_000] * 4
+    finally:
+        sys.setswitchinterval(switching)
+    assert len(cache.get("", small, small_body)) == 5_000
+    assert list(cache._trees) == [big, small]  # both fit in 30,000 entries: neither was evicted
