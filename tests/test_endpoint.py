@@ -330,3 +330,17 @@ def test_an_error_body_sent_with_status_200_is_the_error_it_names() -> None:
         with pytest.raises(EndpointFailed, match=r"after 2 attempt\(s\): HTTP 503: model overloaded"):
             endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
     assert len(server.requests) == 2
+
+
+def test_a_cached_token_count_that_is_not_finite_counts_as_none_reported() -> None:
+    """`cached_tokens` is optional: NaN (which Python's JSON reader accepts) costs the count, not the reply."""
+    usage = {
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": float("nan")},
+    }
+    reply = _whole({"role": "assistant", "content": "hi"}, usage)
+    with ScriptedServer(lambda request, n: reply) as server:
+        endpoint = Endpoint("scripted", server.url, "x", stream=False)
+        got = endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+    assert got.content == "hi" and got.usage is not None and got.cached_tokens == 0

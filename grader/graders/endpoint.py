@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import secrets
@@ -270,12 +271,13 @@ def _usage(value: Any) -> dict[str, Any] | None:
 def _cached_tokens(usage: dict[str, Any] | None, timings: Any) -> int:
     """Prompt tokens the server took from its prefix cache: OpenAI's and vLLM's (with
     `--enable-prompt-tokens-details`) `usage.prompt_tokens_details.cached_tokens`, else llama.cpp's
-    `timings.cache_n`; 0 where neither is reported."""
+    `timings.cache_n`; 0 where neither is reported as a finite number."""
     details = (usage or {}).get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if cached is None and isinstance(timings, dict):
         cached = timings.get("cache_n")
-    return int(cached) if isinstance(cached, int | float) else 0
+    finite = isinstance(cached, int) or (isinstance(cached, float) and math.isfinite(cached))
+    return int(cached) if finite else 0
 
 
 def _call_id(value: Any) -> str:
