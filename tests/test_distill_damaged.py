@@ -40,12 +40,18 @@ def _files(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-def test_damaged_records_are_named_moved_aside_and_graded_again(tmp_path: Path, server) -> None:
+def _first_run(tmp_path: Path, url: str) -> Path:
+    """A whole run in `tmp_path/out` under a known secret; returns the folder."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "secret").write_text(SECRET)
-    code, output = _distill(tmp_path, out, server.url)
+    code, output = _distill(tmp_path, out, url)
     assert code == 0, output[-3000:]
+    return out
+
+
+def test_damaged_records_are_named_moved_aside_and_graded_again(tmp_path: Path, server) -> None:
+    out = _first_run(tmp_path, server.url)
     whole = _files(out)
     records = sorted(name for name in whole if name.startswith("records/"))
     assert len(records) == 4  # 2 groups x 2 samples
@@ -71,11 +77,7 @@ def test_damaged_records_are_named_moved_aside_and_graded_again(tmp_path: Path, 
 
 
 def test_a_damaged_run_json_or_secret_is_named_moved_aside_and_made_again(tmp_path: Path, server) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "secret").write_text(SECRET)
-    code, output = _distill(tmp_path, out, server.url)
-    assert code == 0, output[-3000:]
+    out = _first_run(tmp_path, server.url)
     (out / "run.json").write_text('{"format": 1, "fingerprints": {"prompts": "ab')
 
     code, output = _distill(tmp_path, out, server.url)
