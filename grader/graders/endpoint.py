@@ -481,7 +481,7 @@ class Endpoint:
             return list(self._lessons.values())
 
     def close(self) -> None:
-        """Closes the connection pool; the endpoint takes no call after."""
+        """Closes the connection pool (idempotent); a `complete` call after it raises RuntimeError."""
         self._client.close()
 
     def __del__(self) -> None:
@@ -527,6 +527,7 @@ class Endpoint:
             DeadlinePassed: the deadline passed first.
             ContextOverflow: the conversation does not fit the model's context.
             EndpointFailed: no reply, after retries where retrying could help.
+            RuntimeError: the endpoint was closed.
         """
         body: dict[str, Any] = {
             "model": self.model,
