@@ -6,12 +6,14 @@ git repositories; the damage is what a cut write, a full disk or a hand edit lea
 
 from __future__ import annotations
 
+import fcntl
 import json
 from pathlib import Path
 
 import pytest
 
-from grader.distill.run import check_resume, read_record
+from grader.distill.run import check_resume, prepare_out, read_record
+from grader.errors import DistillError
 from grader.testing import ScriptedServer
 from tests.conftest import run_gagar
 from tests.distill_support import TEACHER_OPTIONS, teacher, write_inputs
@@ -112,3 +114,17 @@ def test_a_file_nested_past_the_json_reader_depth_is_damaged_not_a_crash(tmp_pat
     (aside,) = tmp_path.glob("run.json.damaged-*")
     assert aside.read_text() == deep
     assert json.loads((tmp_path / "run.json").read_text())["format"] == 1
+
+
+def test_a_run_that_finds_another_writing_makes_no_secret(tmp_path: Path) -> None:
+    """The secret is read or made under the run's lock: two runs started together cannot each make one and
+    grade under the one the other overwrote."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".lock", "a") as other_run:
+        fcntl.flock(other_run, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(DistillError, match="another distillation run is writing here"):
+            prepare_out(out)
+    assert not (out / "secret").exists()
+    secret = prepare_out(out)
+    assert (out / "secret").read_text().strip() == secret and prepare_out(out) == secret
