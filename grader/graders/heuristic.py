@@ -285,7 +285,7 @@ def _changed_lines(parsed: Any) -> int:
 def _sized_lines(parsed: Any) -> int:
     """What size is measured on: changed lines, less those of test files that only gain tests (new test files,
     and existing ones `_weakens_tests` passes)."""
-    return sum(f.added + f.removed for f in parsed if not _adds_tests_only(f))
+    return _changed_lines([f for f in parsed if not _adds_tests_only(f)])
 
 
 def _adds_tests_only(patched_file: Any) -> bool:
