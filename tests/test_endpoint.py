@@ -333,7 +333,7 @@ def test_an_error_body_sent_with_status_200_is_the_error_it_names() -> None:
 
 
 def test_a_cached_token_count_that_is_not_finite_counts_as_none_reported() -> None:
-    """`cached_tokens` is optional: NaN (which Python's JSON reader accepts) costs the count, not the reply."""
+    """`cached_tokens` is optional: a NaN (Python's JSON reader takes it) costs the count, not the reply."""
     usage = {
         "prompt_tokens": 5,
         "completion_tokens": 7,
