@@ -50,13 +50,12 @@ def _sync_folder(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def replacing(path: Path | str, mode: int | None = None, encoding: str = "utf-8") -> Iterator[IO[str]]:
-    """A text handle whose content replaces `path` when the block ends without an exception.
+def replacing(path: Path | str, mode: int | None = None) -> Iterator[IO[str]]:
+    """A UTF-8 text handle whose content replaces `path` when the block ends without an exception.
 
     Args:
         path: the file to replace (its folder must exist).
         mode: the new file's permissions (default: what `open(path, "w")` would give, e.g. 0o644).
-        encoding: the text encoding.
 
     Yields:
         The handle to write to. Until the block ends, `path` keeps its previous content.
@@ -72,7 +71,7 @@ def replacing(path: Path | str, mode: int | None = None, encoding: str = "utf-8"
     except OSError as exc:
         raise OSError(exc.errno, _naming(exc, target)) from None
     try:
-        with os.fdopen(fd, "w", encoding=encoding, newline="") as handle:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -93,16 +92,35 @@ def _naming(exc: OSError, target: Path) -> str:
 
 
 def write_text_atomic(path: Path | str, text: str, mode: int | None = None) -> None:
-    """Replace `path` with `text` (UTF-8), atomically; see `replacing` for `mode` and the errors raised."""
+    """Replace `path` with `text`, atomically.
+
+    Args:
+        path: the file to replace (its folder must exist).
+        text: the new content, written as UTF-8 (a lone surrogate raises UnicodeEncodeError, the target
+            untouched).
+        mode: the new file's permissions (default: what `open(path, "w")` would give).
+
+    Raises:
+        OSError: as `replacing` raises it, naming `path`; its previous content is kept.
+    """
     with replacing(path, mode) as handle:
         handle.write(text)
 
 
 def write_lines_atomic(path: Path | str, lines: Iterable[str]) -> int:
-    """Replace `path` with `lines`, each followed by a newline, atomically; returns how many were written.
+    """Replace `path` with `lines`, each followed by a newline, atomically.
 
-    `lines` is consumed while writing, so a generator is never held whole in memory; an exception it raises
-    leaves `path` as it was. Raises what `replacing` raises.
+    Args:
+        path: the file to replace (its folder must exist).
+        lines: the lines, without their newlines; consumed while writing, so a generator is never held whole
+            in memory.
+
+    Returns:
+        How many lines were written.
+
+    Raises:
+        OSError: as `replacing` raises it, naming `path`; its previous content is kept. An exception that
+            `lines` raises propagates and leaves `path` as it was too.
     """
     count = 0
     with replacing(path) as handle:

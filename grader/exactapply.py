@@ -304,8 +304,9 @@ class _CheckedTrees:
             except Declined as why:
                 known = str(why)
             with self._lock:
-                self._trees[oid] = known
-                self._entries += len(known) if isinstance(known, dict) else 1
+                if oid not in self._trees:  # another thread that missed it too may have stored it first
+                    self._trees[oid] = known
+                    self._entries += len(known) if isinstance(known, dict) else 1
                 while self._entries > self.max_entries and len(self._trees) > 1:
                     _, dropped = self._trees.popitem(last=False)
                     self._entries -= len(dropped) if isinstance(dropped, dict) else 1

@@ -33,5 +33,12 @@ def printable(text: str) -> str:
 
 
 def printable_line(text: str) -> str:
-    """`printable`, with newlines and tabs spelled out too: for one-line fields such as ids and paths."""
+    """`printable`, with newlines and tabs spelled out too (`\\n`, `\\t`): for one-line fields (ids, paths).
+
+    Args:
+        text: any text.
+
+    Returns:
+        One line to print; equal to `text` when it holds nothing unsafe and no newline or tab.
+    """
     return printable(text).replace("\n", "\\n").replace("\t", "\\t")

@@ -18,7 +18,15 @@ from grader.atomic import replacing
 
 
 class Transcript:
-    """Appends events to `path` (or keeps them in memory only when `path` is None)."""
+    """Appends events to `path` (or keeps them in memory only when `path` is None). Not thread-safe: one
+    grading writes its own transcript.
+
+    Args:
+        path: where the transcript goes on `close()` (its folder is made); None keeps events in memory only.
+
+    Raises:
+        OSError: the folder or the temporary file cannot be made.
+    """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -32,6 +40,18 @@ class Transcript:
             self._handle = self._writer.__enter__()
 
     def event(self, kind: str, **data: Any) -> dict[str, Any]:
+        """Record one event: kept in `events` and written out at once (values JSON cannot hold as `str`).
+
+        Args:
+            kind: the event's `type` ("message", "tool_call", "retry", "learnt"...).
+            **data: its fields.
+
+        Returns:
+            The record, with `t` (seconds since the transcript began) and `type`.
+
+        Raises:
+            OSError: the line cannot be written (the event is kept in `events`).
+        """
         record = {"t": round(time.monotonic() - self._start, 4), "type": kind, **data}
         self.events.append(record)
         if self._handle is not None:
@@ -47,6 +67,12 @@ class Transcript:
 
 
 def read_transcript(path: Path | str) -> list[dict[str, Any]]:
-    """The events of a transcript file, in order."""
+    """The events of a transcript file, in order.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it is not UTF-8 JSON lines (a line cut by a killed writer, or not a transcript).
+        RecursionError: a line nests deeper than the JSON reader goes (never one gagar wrote).
+    """
     with open(path, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]

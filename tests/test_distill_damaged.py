@@ -6,11 +6,14 @@ git repositories; the damage is what a cut write, a full disk or a hand edit lea
 
 from __future__ import annotations
 
+import fcntl
 import json
 from pathlib import Path
 
 import pytest
 
+from grader.distill.run import check_resume, prepare_out, read_record
+from grader.errors import DistillError
 from grader.testing import ScriptedServer
 from tests.conftest import run_gagar
 from tests.distill_support import TEACHER_OPTIONS, teacher, write_inputs
@@ -39,12 +42,18 @@ def _files(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-def test_damaged_records_are_named_moved_aside_and_graded_again(tmp_path: Path, server) -> None:
+def _first_run(tmp_path: Path, url: str) -> Path:
+    """A whole run in `tmp_path/out` under a known secret; returns the folder."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "secret").write_text(SECRET)
-    code, output = _distill(tmp_path, out, server.url)
+    code, output = _distill(tmp_path, out, url)
     assert code == 0, output[-3000:]
+    return out
+
+
+def test_damaged_records_are_named_moved_aside_and_graded_again(tmp_path: Path, server) -> None:
+    out = _first_run(tmp_path, server.url)
     whole = _files(out)
     records = sorted(name for name in whole if name.startswith("records/"))
     assert len(records) == 4  # 2 groups x 2 samples
@@ -70,11 +79,7 @@ def test_damaged_records_are_named_moved_aside_and_graded_again(tmp_path: Path, 
 
 
 def test_a_damaged_run_json_or_secret_is_named_moved_aside_and_made_again(tmp_path: Path, server) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "secret").write_text(SECRET)
-    code, output = _distill(tmp_path, out, server.url)
-    assert code == 0, output[-3000:]
+    out = _first_run(tmp_path, server.url)
     (out / "run.json").write_text('{"format": 1, "fingerprints": {"prompts": "ab')
 
     code, output = _distill(tmp_path, out, server.url)
@@ -91,3 +96,35 @@ def test_a_damaged_run_json_or_secret_is_named_moved_aside_and_made_again(tmp_pa
     assert f"{out / 'secret'} is damaged" in output.replace("\n", "")
     assert len(list(out.glob("secret.damaged-*"))) == 1
     assert len((out / "secret").read_text().strip()) == 32
+
+
+def test_a_file_nested_past_the_json_reader_depth_is_damaged_not_a_crash(tmp_path: Path) -> None:
+    """A record or run.json of 100,000 open brackets (a hand edit, a hostile file) is named as damaged and
+    moved aside, as a cut one is; Python's JSON reader raises RecursionError on it, no ValueError."""
+    deep = "[" * 100_000
+    record = tmp_path / "record.json"
+    record.write_text(deep)
+    found, problem = read_record(record, "g", 0)
+    assert found is None and problem.startswith("not JSON"), problem
+    (tmp_path / "run.json").write_text(deep)
+    header = {"format": 1, "fingerprints": {}, "settings": {}, "teacher": {"model": "m", "base_url": "u"}}
+    told: list[str] = []
+    check_resume(tmp_path, header, told.append)
+    assert len(told) == 1 and "run.json is damaged (not JSON" in told[0], told
+    (aside,) = tmp_path.glob("run.json.damaged-*")
+    assert aside.read_text() == deep
+    assert json.loads((tmp_path / "run.json").read_text())["format"] == 1
+
+
+def test_a_run_that_finds_another_writing_makes_no_secret(tmp_path: Path) -> None:
+    """The secret is read or made under the run's lock: two runs started together cannot each make one and
+    grade under the one the other overwrote."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".lock", "a") as other_run:
+        fcntl.flock(other_run, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(DistillError, match="another distillation run is writing here"):
+            prepare_out(out)
+    assert not (out / "secret").exists()
+    secret = prepare_out(out)
+    assert (out / "secret").read_text().strip() == secret and prepare_out(out) == secret

@@ -289,3 +289,58 @@ def test_a_server_restarting_mid_grading_is_retried_until_it_is_back(tmp_path: P
     assert errors[0].startswith("Connection broken mid-reply: the stream broke off")
     assert any(error.startswith("Connection failed") for error in errors[1:])  # refused while it was down
     assert len(later["server"].requests) == 3  # the second turn again, then the third and fourth
+
+
+def _whole(message: dict[str, Any], usage: dict[str, Any] | None = None) -> Reply:
+    body: dict[str, Any] = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    return Reply(body | ({"usage": usage} if usage is not None else {}))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": None, "tool_calls": 5},
+        {"role": "assistant", "content": [{"type": "text", "text": 5}]},
+    ],
+    ids=["tool_calls-not-a-list", "content-part-not-text"],
+)
+def test_a_malformed_reply_is_an_endpoint_failure_naming_it(message: dict[str, Any]) -> None:
+    """A server's reply is data: a field of the wrong type fails the call as documented, not a TypeError."""
+    with ScriptedServer(lambda request, n: _whole(message)) as server:
+        endpoint = Endpoint("scripted", server.url, "x", stream=False, budgets=Budgets(retries=0))
+        with pytest.raises(EndpointFailed, match="malformed"):
+            endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+
+
+def test_usage_with_a_count_that_is_not_a_number_is_no_usage() -> None:
+    """The grader adds the reported counts to its budget: a count that is not an integer is not reported."""
+    reply = _whole({"role": "assistant", "content": "hi"}, {"prompt_tokens": 5, "completion_tokens": "7"})
+    with ScriptedServer(lambda request, n: reply) as server:
+        endpoint = Endpoint("scripted", server.url, "x", stream=False)
+        got = endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+    assert got.content == "hi" and got.usage is None
+
+
+def test_an_error_body_sent_with_status_200_is_the_error_it_names() -> None:
+    """Some proxies answer errors with status 200: the body's `error.code` is the status, retried as one."""
+    overloaded = Reply({"error": {"message": "model overloaded", "code": 503}})
+    with ScriptedServer(lambda request, n: overloaded) as server:
+        budgets = Budgets(retries=1, retry_wait_initial=0.01, retry_wait_max=0.02)
+        endpoint = Endpoint("scripted", server.url, "x", stream=False, budgets=budgets)
+        with pytest.raises(EndpointFailed, match=r"after 2 attempt\(s\): HTTP 503: model overloaded"):
+            endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+    assert len(server.requests) == 2
+
+
+def test_a_cached_token_count_that_is_not_finite_counts_as_none_reported() -> None:
+    """`cached_tokens` is optional: a NaN (Python's JSON reader takes it) costs the count, not the reply."""
+    usage = {
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": float("nan")},
+    }
+    reply = _whole({"role": "assistant", "content": "hi"}, usage)
+    with ScriptedServer(lambda request, n: reply) as server:
+        endpoint = Endpoint("scripted", server.url, "x", stream=False)
+        got = endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+    assert got.content == "hi" and got.usage is not None and got.cached_tokens == 0

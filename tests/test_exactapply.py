@@ -7,26 +7,18 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from grader import bare, exactapply, gitobjects
 from grader.gitcmd import safe_env
+from tests.applier_fuzz_support import WORDS
+from tests.applier_fuzz_support import edit as edit_lines
 from tests.conftest import BASE_FILES, FIX, RepoFactory, run_git
-
-WORDS = [
-    "x = 1",
-    "return x",
-    "pass",
-    "",
-    "def f():",
-    "    y = 2",
-    "# note",
-    "if y:",
-    "    return y",
-    "z = [1]",
-]
 
 
 def _text(rng: random.Random, lines: int, crlf: bool = False, final_newline: bool = True) -> str:
@@ -51,23 +43,6 @@ def base_files(rng: random.Random) -> dict[str, str]:
     return files
 
 
-def _edit(rng: random.Random, text: str) -> str:
-    lines = text.split("\n")
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randrange(len(lines) + 1)
-        roll = rng.random()
-        if roll < 0.4 and at < len(lines):
-            lines[at] = rng.choice(WORDS) + " # changed"
-        elif roll < 0.7:
-            lines[at:at] = [rng.choice(WORDS) + " # added" for _ in range(rng.randint(1, 3))]
-        elif at < len(lines):
-            del lines[at : at + rng.randint(1, 3)]
-    out = "\n".join(lines)
-    if rng.random() < 0.15:  # the final newline comes or goes
-        out = out.rstrip("\n") if out.endswith("\n") else out + "\n"
-    return out
-
-
 def random_edits(rng: random.Random, files: dict[str, str]) -> dict[str, str | None]:
     edits: dict[str, str | None] = {}
     names = [n for n in files if n != "tool.sh"]
@@ -75,7 +50,7 @@ def random_edits(rng: random.Random, files: dict[str, str]) -> dict[str, str | N
         roll = rng.random()
         name = rng.choice(names)
         if roll < 0.6:
-            edits[name] = _edit(rng, files[name] if edits.get(name) is None else edits[name] or "")
+            edits[name] = edit_lines(rng, files[name] if edits.get(name) is None else edits[name] or "")
         elif roll < 0.8:
             folder = rng.choice(["", "a/", "a/b/", "new/", "new/deeper/", "c/"])
             edits[f"{folder}added{rng.randint(0, 99)}.py"] = rng.choice(["", _text(rng, rng.randint(1, 9))])
@@ -408,3 +383,32 @@ def test_names_close_to_dot_git_are_still_applied_in_process(make_repo, tmp_path
     git_dir = tmp_path / "ws.git"
     bare.init_bare(git_dir, repo.path / ".git" / "objects", head="refs/heads/base")
     assert ours(repo, patch, git_dir, gitobjects.BaseFiles()) == git_tree(repo, patch, tmp_path)
+
+
+def test_base_trees_checked_by_threads_at_once_are_counted_once() -> None:
+    """Threads that miss the same tree together each parse it; the cache keeps it once and counts it once,
+    so its bound still holds two trees that fit (a double count evicted the first: the builds of a batch
+    then parsed the base's trees again and again)."""
+    cache = exactapply._CheckedTrees(max_entries=30_000)
+
+    def tree(count: int, prefix: str) -> tuple[str, bytes]:
+        entries = {f"{prefix}{i:06d}.py": gitobjects.Entry("100644", "a" * 40) for i in range(count)}
+        body = gitobjects.serialize_tree(entries)
+        return gitobjects.hash_object("tree", body), body
+
+    (big, big_body), (small, small_body) = tree(20_000, "f"), tree(5_000, "g")
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch mid-parse, so they all miss the tree before one stores it
+    try:
+        gate = threading.Barrier(4)
+
+        def check() -> int:
+            gate.wait()
+            return len(cache.get("", big, big_body))
+
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(lambda _: check(), range(4))) == [20_000] * 4
+    finally:
+        sys.setswitchinterval(switching)
+    assert len(cache.get("", small, small_body)) == 5_000
+    assert list(cache._trees) == [big, small]  # both fit in 30,000 entries: neither was evicted

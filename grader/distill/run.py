@@ -118,7 +118,7 @@ def prepare_out(out: Path, notify: Callable[[str], None] | None = None) -> str:
         reproduce another run's labels and markers).
 
     Raises:
-        DistillError: the folder cannot be created or written.
+        DistillError: the folder cannot be created or written, or another run is writing in it.
     """
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +128,10 @@ def prepare_out(out: Path, notify: Callable[[str], None] | None = None) -> str:
         probe.unlink()
     except OSError as exc:
         raise DistillError(f"{out}: cannot write the output folder: {exc.strerror or exc}") from None
-    return read_secret(out, notify)
+    # Under the run's lock: two runs started together would each make a secret, and one would grade under
+    # the secret the other's write replaced.
+    with _run_lock(out):
+        return read_secret(out, notify)
 
 
 def read_secret(out: Path, notify: Callable[[str], None] | None = None) -> str:
@@ -138,8 +141,15 @@ def read_secret(out: Path, notify: Callable[[str], None] | None = None) -> str:
     `secret.damaged-<time>` and replaced by a fresh one; `notify` is told (records made under the old
     secret keep their labels; only new samples use the new one).
 
+    Args:
+        out: the output folder (it exists).
+        notify: told when the secret is damaged and replaced (default: a log warning).
+
+    Returns:
+        The secret, without surrounding white space.
+
     Raises:
-        DistillError: the file cannot be read or written.
+        DistillError: the file cannot be read, moved aside or written.
     """
     notify = notify or log.warning
     path = out / "secret"
@@ -163,8 +173,19 @@ def read_secret(out: Path, notify: Callable[[str], None] | None = None) -> str:
 
 
 def move_aside(path: Path) -> Path:
-    """Rename a damaged file to `NAME.damaged-<UTC time>` (a counter added when taken) and return the new
-    path; the file is kept for a person to look at, never read again. Raises OSError."""
+    """Rename a damaged file to `NAME.damaged-<UTC time>` (a counter added when taken), in its folder; the
+    file is kept for a person to look at, never read again. The caller holds the run's lock: two writers
+    moving files aside in the same second could otherwise pick the same name.
+
+    Args:
+        path: the damaged file.
+
+    Returns:
+        Its new path.
+
+    Raises:
+        OSError: the file cannot be renamed.
+    """
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target, n = path.with_name(f"{path.name}.damaged-{stamp}"), 1
     while target.exists():
@@ -174,7 +195,15 @@ def move_aside(path: Path) -> Path:
 
 
 def record_problem(record: Any, group_id: str, sample: int) -> str | None:
-    """Why a record read back cannot be used (None when it can): what `assemble` reads must be there."""
+    """Why a record read back cannot be used: what `assemble` reads must be there, of its type.
+
+    Args:
+        record: the record file's JSON value.
+        group_id, sample: what the record's path says it records.
+
+    Returns:
+        The problem in words, or None when the record can be used.
+    """
     if not isinstance(record, dict):
         return f"not a JSON object but {type(record).__name__}"
     if record.get("group_id") != group_id or record.get("sample") != sample:
@@ -201,23 +230,40 @@ def record_problem(record: Any, group_id: str, sample: int) -> str | None:
 
 
 def read_record(path: Path, group_id: str, sample: int) -> tuple[dict[str, Any] | None, str]:
-    """The record at `path` (None when absent), or None and why it is damaged.
+    """The record at `path`, checked by `record_problem`.
+
+    Args:
+        path: the record's file (`record_path`).
+        group_id, sample: what it should record.
+
+    Returns:
+        (record, "") for a usable record; (None, "") when there is no file; (None, why) when it is damaged
+        (not UTF-8, not JSON, nested past the JSON reader, or missing what `assemble` reads).
 
     Raises:
         OSError: the file exists but cannot be read.
     """
     try:
-        text = path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return None, ""
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    try:
-        record = json.loads(text)
-    except ValueError as exc:
-        return None, f"not JSON ({exc})"
+    record, problem = _json_of(data)
+    if problem:
+        return None, problem
     problem = record_problem(record, group_id, sample)
     return (None, problem) if problem else (record, "")
+
+
+def _json_of(data: bytes) -> tuple[Any, str]:
+    """The JSON value of a file's bytes, or None and why it has none (never an exception)."""
+    try:
+        return json.loads(data.decode("utf-8")), ""
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    except RecursionError:  # json recurses once per level: 100,000 brackets exhaust the stack
+        return None, "not JSON (nested deeper than the JSON reader goes)"
 
 
 def record_path(out: Path, group_id: str, sample: int) -> Path:
@@ -684,12 +730,9 @@ def check_resume(out: Path, header: dict[str, Any], notify: Callable[[str], None
     notify = notify or log.warning
     before: Any = None
     if path.exists():
-        try:
-            before = json.loads(path.read_bytes().decode("utf-8"))
-        except ValueError as exc:  # UnicodeDecodeError is a ValueError
-            problem = f"not JSON ({exc})"
-        else:
-            problem = "" if isinstance(before, dict) else f"not a JSON object but {type(before).__name__}"
+        before, problem = _json_of(path.read_bytes())
+        if not problem and not isinstance(before, dict):
+            problem = f"not a JSON object but {type(before).__name__}"
         if problem:
             moved = move_aside(path)
             notify(

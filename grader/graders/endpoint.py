@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import secrets
@@ -126,6 +127,7 @@ class Lesson:
         return f"{self.refused}: {self.instead} (learnt from: {self.cause})"
 
     def as_dict(self) -> dict[str, str]:
+        """The lesson's fields, as a transcript's `learnt` event records them."""
         return {"option": self.option, "refused": self.refused, "instead": self.instead, "cause": self.cause}
 
 
@@ -213,6 +215,15 @@ def _message_of(body: Any, text: str) -> str:
     return text.strip()[:500]
 
 
+def _error_in_body(body: dict[str, Any], fallback: str) -> _StatusFailure:
+    """The failure an error body sent with status 200 or inside a stream stands for: its `error.code` as the
+    status where that is an HTTP error status, else 500."""
+    error = body["error"]
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) and 400 <= code < 600 else 500
+    return _StatusFailure(status, _message_of(body, fallback), body)
+
+
 def _context_overflow(status: int, message: str, body: Any) -> str | None:
     """The reason to fail with when a server refused a request for not fitting the model's context, else None.
 
@@ -247,22 +258,26 @@ def _content(value: Any) -> str | None:
 
 
 def _usage(value: Any) -> dict[str, Any] | None:
-    if not isinstance(value, dict) or not any(
-        isinstance(value.get(k), int) for k in ("prompt_tokens", "completion_tokens")
-    ):
+    """The usage a reply reports: a dict with an integer `prompt_tokens` or `completion_tokens`, neither of
+    them anything else (the grader adds both to its token budget); else None."""
+    if not isinstance(value, dict):
         return None
-    return value
+    counts = [value.get(k) for k in ("prompt_tokens", "completion_tokens")]
+    if any(c is not None and (not isinstance(c, int) or isinstance(c, bool)) for c in counts):
+        return None
+    return value if any(c is not None for c in counts) else None
 
 
 def _cached_tokens(usage: dict[str, Any] | None, timings: Any) -> int:
     """Prompt tokens the server took from its prefix cache: OpenAI's and vLLM's (with
     `--enable-prompt-tokens-details`) `usage.prompt_tokens_details.cached_tokens`, else llama.cpp's
-    `timings.cache_n`; 0 where neither is reported."""
+    `timings.cache_n`; 0 where neither is reported as a finite number."""
     details = (usage or {}).get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if cached is None and isinstance(timings, dict):
         cached = timings.get("cache_n")
-    return int(cached) if isinstance(cached, int | float) else 0
+    finite = isinstance(cached, int) or (isinstance(cached, float) and math.isfinite(cached))
+    return int(cached) if finite else 0
 
 
 def _call_id(value: Any) -> str:
@@ -281,10 +296,7 @@ def _parse_completion(body: Any) -> Reply:
         raise _ConnectionFailure(f"the reply is not a JSON object: {str(body)[:200]}")
     choices = body.get("choices")
     if not choices and body.get("error"):
-        error = body["error"]
-        code = error.get("code") if isinstance(error, dict) else None
-        status = code if isinstance(code, int) and 400 <= code < 600 else 500
-        raise _StatusFailure(status, _message_of(body, ""), body)
+        raise _error_in_body(body, "")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise _NoChoices("the endpoint returned no choices")
     choice = choices[0]
@@ -352,10 +364,7 @@ def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             raise _ConnectionFailure(f"Connection garbled mid-reply: an event is not JSON ({exc})") from None
         if isinstance(event, dict) and event.get("error") and not event.get("choices"):
-            error = event["error"]
-            code = error.get("code") if isinstance(error, dict) else None
-            status = code if isinstance(code, int) and 400 <= code < 600 else 500
-            raise _StatusFailure(status, _message_of(event, "an error occurred during streaming"), event)
+            raise _error_in_body(event, "an error occurred during streaming")
         if isinstance(event, dict):
             yield event
 
@@ -450,7 +459,7 @@ class Endpoint:
         stream: bool = True,
         budgets: Budgets | None = None,
     ) -> None:
-        self.model, self.temperature, self.stream = model, temperature, stream
+        self.model, self.temperature = model, temperature
         self.budgets = budgets or Budgets()
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.url = base.rstrip("/") + "/chat/completions"
@@ -472,7 +481,7 @@ class Endpoint:
             return list(self._lessons.values())
 
     def close(self) -> None:
-        """Closes the connection pool; the endpoint takes no call after."""
+        """Closes the connection pool (idempotent); a `complete` call after it raises RuntimeError."""
         self._client.close()
 
     def __del__(self) -> None:
@@ -518,6 +527,7 @@ class Endpoint:
             DeadlinePassed: the deadline passed first.
             ContextOverflow: the conversation does not fit the model's context.
             EndpointFailed: no reply, after retries where retrying could help.
+            RuntimeError: the endpoint was closed.
         """
         body: dict[str, Any] = {
             "model": self.model,
@@ -754,6 +764,10 @@ class Endpoint:
             return assembly.reply()
         except httpx.TimeoutException as exc:
             raise _Timeout(f"timed out mid-{what} ({type(exc).__name__})") from None
+        except (TypeError, AttributeError, ValueError, OverflowError) as exc:
+            # The reply is the server's data: a field of a type the chat format does not have fails the call
+            # as a garbled reply would, not as an error of the grader.
+            raise _ConnectionFailure(f"the {what} is malformed: {type(exc).__name__}: {exc}") from None
         except httpx.HTTPError as exc:
             message = f"Connection broken mid-reply: the {what} broke off: {type(exc).__name__}: {exc}"
             raise _ConnectionFailure(message) from None

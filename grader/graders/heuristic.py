@@ -59,13 +59,13 @@ FILE_SIGNALS = ("test_files_modified", "leftover_files", "out_of_scope_files", "
 LINE_SIGNALS = ("debug_lines", "swallowed_exceptions", "commented_code_lines")
 CAPPED_LIST_SIGNALS = ("public_api_breaks",)
 
-_BACKUP_SUFFIX = r"\.(bak|orig|rej|swp|swo|pyc|log|tmp)$|~$"
-_BACKUP_NAME = re.compile(_BACKUP_SUFFIX, re.IGNORECASE)
-_LEFTOVER_NAME = re.compile(
-    r"^(repro(duce)?|reproduction|debug|scratch|tmp|temp|test_?(fix|issue|bug|repro)|check_?fix|demo)[\w.-]*$|"
-    + _BACKUP_SUFFIX,
+_SCRATCH_NAME = re.compile(
+    r"^(repro(duce)?|reproduction|debug|scratch|tmp|temp|check_?fix|demo)[\w.-]*$"
+    r"|\.(bak|orig|rej|swp|swo|pyc|log|tmp)$|~$",
     re.IGNORECASE,
 )
+_ISSUE_TEST_NAME = re.compile(r"^test_?(fix|issue|bug|repro)[\w.-]*$", re.IGNORECASE)
+"""A one-off check named for the bug; scratch at the root, a test in the test suite (issue 24, item 6)."""
 _IN_TEST_DIRECTORY = re.compile(r"(^|/)(tests?|testing)/")
 _ROOT_CONVENTIONAL = {
     "setup.py",
@@ -116,14 +116,10 @@ def is_leftover(path: str) -> bool:
     """A new file that looks like scratch: a reproduction script, a backup, or a stray script at the root. A
     `test*` file inside a test directory is a test (`tests/test_issue_42.py` covers issue 42), not scratch."""
     pure = PurePosixPath(path)
-    if (
-        pure.name.lower().startswith("test")
-        and _IN_TEST_DIRECTORY.search(path)
-        and not _BACKUP_NAME.search(path)
-    ):
-        return False
-    if _LEFTOVER_NAME.search(pure.name):
+    if _SCRATCH_NAME.search(pure.name):
         return True
+    if _ISSUE_TEST_NAME.search(pure.name):
+        return _IN_TEST_DIRECTORY.search(path) is None
     return len(pure.parts) == 1 and pure.suffix in _SCRIPT_SUFFIXES and pure.name not in _ROOT_CONVENTIONAL
 
 
@@ -289,7 +285,7 @@ def _changed_lines(parsed: Any) -> int:
 def _sized_lines(parsed: Any) -> int:
     """What size is measured on: changed lines, less those of test files that only gain tests (new test files,
     and existing ones `_weakens_tests` passes)."""
-    return sum(f.added + f.removed for f in parsed if not _adds_tests_only(f))
+    return _changed_lines([f for f in parsed if not _adds_tests_only(f)])
 
 
 def _adds_tests_only(patched_file: Any) -> bool:

@@ -146,7 +146,6 @@ class LLMGrader:
         path = None
         if self.config.transcript_dir is not None:
             path = Path(self.config.transcript_dir) / f"{ref_name(group_id)}.jsonl"
-        transcript = Transcript(path)
         candidates = assign_labels(view, seed, self.config.show_failing)
         secret = self.config.secret
         markers = Markers(f"{secret}:{group_id}:{seed}" if secret is not None else None)
@@ -162,21 +161,23 @@ class LLMGrader:
             "shown": candidates.order,
             "contrast": candidates.contrast,
         }
-        transcript.event(
-            "start",
-            group_id=group_id,
-            model=self.config.model,
-            seed=seed,
-            labels=candidates.members,
-            contrast=candidates.contrast,
-            tool_mode=self.config.tool_mode,
-        )
         known = self.endpoint.lessons
-        if known:  # what earlier gradings learnt of the server shapes this one's requests: say so here too
-            transcript.event("endpoint", learnt=[lesson.as_dict() for lesson in known])
-        for tid, hits in flags.items():
-            transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
+        # Opened last and closed in `finally`: a temporary file left open would wait for the collector.
+        transcript = Transcript(path)
         try:
+            transcript.event(
+                "start",
+                group_id=group_id,
+                model=self.config.model,
+                seed=seed,
+                labels=candidates.members,
+                contrast=candidates.contrast,
+                tool_mode=self.config.tool_mode,
+            )
+            if known:  # what earlier gradings learnt of the server shapes this one's requests: say so too
+                transcript.event("endpoint", learnt=[lesson.as_dict() for lesson in known])
+            for tid, hits in flags.items():
+                transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
             submission = self._loop(toolbox, candidates.order, view, transcript, usage)
         except GradingFailed as exc:
             _note_lessons(details, known, transcript)
