@@ -19,6 +19,7 @@ from pydantic_core import PydanticSerializationError
 
 from grader.atomic import write_lines_atomic
 from grader.errors import InputFileError
+from grader.jsontext import loads
 from grader.models import DEFAULT_PASS_THRESHOLD, Group, complete_group
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,9 @@ class _Undecodable:
 def _decode(text: str) -> Any:
     """The JSON value of `text`, or `_Undecodable` with the reason (never an exception)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return loads(text)
+    except ValueError as exc:
         return _Undecodable(f"invalid JSON: {exc}")
-    except RecursionError:  # json recurses once per level: 100,000 brackets exhaust the stack
-        return _Undecodable("invalid JSON: nested deeper than the JSON reader goes")
 
 
 def _printable(text: str) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Literal, get_args
 
 from grader.atomic import write_text_atomic
 from grader.errors import InputFileError, InvalidRanking, InvalidReference
+from grader.jsontext import TooDeep, loads
 from grader.models import Group
 from grader.ranking import check_ranking, positions
 
@@ -702,13 +703,13 @@ def _decode(text: str, where: str) -> Any:
         InputFileError: nested deeper than the JSON reader goes (Python's recursion limit).
     """
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         raise InvalidReference(
             f"{where}: {exc.key!r} is given twice in one object (a group, or a field, defined twice)"
         ) from None
-    except RecursionError:
-        raise InputFileError(f"{where}: nested deeper than the JSON reader goes: not a reference") from None
+    except TooDeep as exc:
+        raise InputFileError(f"{where}: {exc}: not a reference") from None
 
 
 def check_ids(references: Mapping[str, Reference], groups: Mapping[str, Iterable[str]]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from grader.atomic import replacing
+from grader.jsontext import loads
 
 
 class Transcript:
@@ -71,8 +72,8 @@ def read_transcript(path: Path | str) -> list[dict[str, Any]]:
 
     Raises:
         OSError: the file cannot be read.
-        ValueError: it is not UTF-8 JSON lines (a line cut by a killed writer, or not a transcript).
-        RecursionError: a line nests deeper than the JSON reader goes (never one gagar wrote).
+        ValueError: it is not UTF-8 JSON lines (a line cut by a killed writer, a line nested deeper than the
+            JSON reader goes, or not a transcript).
     """
     with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        return [loads(line) for line in handle if line.strip()]

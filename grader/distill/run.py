@@ -38,6 +38,7 @@ from grader.errors import DistillError, GradingFailed, InvalidRanking, Workspace
 from grader.formats import LoadFailure, load_groups
 from grader.graders.llm import LLMGrader
 from grader.graders.tools import constrain_labels, offered_tools, tool_schemas
+from grader.jsontext import loads
 from grader.models import Group
 from grader.ranking import validate_ranking
 from grader.references import Reference, agreement, load_references
@@ -257,13 +258,11 @@ def read_record(path: Path, group_id: str, sample: int) -> tuple[dict[str, Any] 
 def _json_of(data: bytes) -> tuple[Any, str]:
     """The JSON value of a file's bytes, or None and why it has none (never an exception)."""
     try:
-        return json.loads(data.decode("utf-8")), ""
+        return loads(data.decode("utf-8")), ""
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
     except ValueError as exc:
         return None, f"not JSON ({exc})"
-    except RecursionError:  # json recurses once per level: 100,000 brackets exhaust the stack
-        return None, "not JSON (nested deeper than the JSON reader goes)"
 
 
 def record_path(out: Path, group_id: str, sample: int) -> Path:

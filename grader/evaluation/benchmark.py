@@ -19,7 +19,6 @@ naming the file, the group and the pair. `find_benchmark` resolves a name: a fol
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections import Counter
@@ -32,6 +31,7 @@ from grader.errors import GagarError, GitError, InputFileError, InvalidReference
 from grader.formats import LoadFailure, load_groups
 from grader.gitcmd import git, git_identity, safe_env
 from grader.gitcmd import out as git_out
+from grader.jsontext import loads
 from grader.models import Group
 from grader.references import Reference, load_references
 
@@ -310,13 +310,11 @@ def bundle_base_tree(source: Path | str, commit: str, out: Path | str, repositor
 
 def _read_json(path: Path, problems: list[str]) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         problems.append(f"{path.name}: missing")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         problems.append(f"{path.name}: cannot read: {exc}")
-    except RecursionError:
-        problems.append(f"{path.name}: nested deeper than the JSON reader goes")
     return None
 
 
@@ -340,12 +338,9 @@ def _jsonl(path: Path, problems: list[str]) -> Iterator[tuple[int, dict[str, Any
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(f"{path.name}:{number}: not JSON: {exc.msg}")
-            continue
-        except RecursionError:
-            problems.append(f"{path.name}:{number}: nested deeper than the JSON reader goes")
+            item = loads(line)
+        except ValueError as exc:
+            problems.append(f"{path.name}:{number}: not JSON: {exc}")
             continue
         if not isinstance(item, dict):
             problems.append(f"{path.name}:{number}: a line is a JSON object")

@@ -8,7 +8,6 @@ whether the order shown sways the pick.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -19,6 +18,7 @@ from grader.errors import InputFileError
 from grader.evaluation import metrics
 from grader.formats import LoadFailure
 from grader.graders.base import Grader
+from grader.jsontext import loads
 from grader.models import Group, GroupResult
 from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
 from grader.ranking import InvalidRanking, check_ranking
@@ -50,11 +50,9 @@ def load_reference(path: Path | str) -> dict[str, list[list[str]]]:
         InvalidRanking: a ranking is malformed; the message names the file and the group.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         raise InputFileError(f"{path}: cannot read the reference file: {exc}") from exc
-    except RecursionError:
-        raise InputFileError(f"{path}: nested deeper than the JSON reader goes") from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: a reference file is a JSON object from group id to ranking")
     for group_id, ranking in data.items():

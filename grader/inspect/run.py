@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from grader.formats import LoadFailure, load_groups
+from grader.jsontext import loads
 from grader.models import Group, GroupResult, TrajectoryReport
 
 RESULTS = "results.jsonl"
@@ -110,7 +111,7 @@ class Run:
                     if not line.strip():
                         continue
                     try:
-                        event = json.loads(line)
+                        event = loads(line)
                     except ValueError as exc:
                         return TranscriptReading(None, path, f"transcript damaged: {path}:{number}: {exc}")
                     if not isinstance(event, dict):

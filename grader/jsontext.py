@@ -1,0 +1,37 @@
+"""JSON read from files gagar did not write, where every way to fail is a ValueError.
+
+Python's JSON reader recurses once per nesting level, so a file of 100,000 open brackets (a hand edit, a
+hostile input) raises RecursionError, which no `except ValueError` around `json.loads` catches. Every
+reader of such files goes through `loads`, so nesting is refused like any other text that is not JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class TooDeep(ValueError):
+    """The text nests deeper than Python's JSON reader goes."""
+
+
+def loads(text: str | bytes, **options: Any) -> Any:
+    """The JSON value of `text`, as `json.loads(text, **options)` gives it.
+
+    Args:
+        text: JSON text; bytes are decoded as UTF-8.
+        options: passed to `json.loads` (e.g. `object_pairs_hook`).
+
+    Returns:
+        The decoded value.
+
+    Raises:
+        json.JSONDecodeError: the text is not JSON.
+        UnicodeDecodeError: bytes that are not UTF-8.
+        TooDeep: the text nests deeper than the reader goes (Python's recursion limit).
+        Each is a ValueError. What an `object_pairs_hook` raises passes through.
+    """
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        raise TooDeep("nested deeper than the JSON reader goes") from None
