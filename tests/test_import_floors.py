@@ -75,3 +75,15 @@ def test_version_comes_from_the_package_metadata() -> None:
     from importlib.metadata import version
 
     assert grader.__version__ == version("gagar")
+
+
+def test_every_module_sits_on_a_floor_and_no_import_climbs() -> None:
+    # bench/import_graph.py holds the floor list (docs/architecture.md, *Floors*): a new module must be placed
+    # there, and an import that climbs a floor is a layering break, lazy ones included.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "import_graph.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+    assert "not on any floor" not in done.stdout, done.stdout
+    assert "upward arrows: 0 module-level, 0 lazy" in done.stdout, done.stdout
+    assert "cycles (module-level): 0" in done.stdout, done.stdout
