@@ -12,8 +12,11 @@ with tempfile.TemporaryDirectory() as folder:
         f.write('"""Probe module."""\n# TODO: finish this\nVALUE = 1\n')
     out = os.path.join(folder, "report.txt")
     with open(out, "w") as stream:
-        Run([path, "--disable=all", "--enable=fixme", "--persistent=n"], reporter=TextReporter(stream),
-            exit=False)
+        Run(
+            [path, "--disable=all", "--enable=fixme", "--persistent=n"],
+            reporter=TextReporter(stream),
+            exit=False,
+        )
     with open(out) as f:
         report = f.read()
 print(report)

@@ -28,7 +28,7 @@ with tempfile.TemporaryDirectory() as folder:
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--assert=plain", folder],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        universal_newlines=True,
+        text=True,
     )
 print(run.stdout[-1500:])
 assert run.returncode == 0 and "1 passed" in run.stdout, "the test did not simply run and pass"

@@ -14,16 +14,13 @@ if not os.path.exists(version_module):
 with tempfile.TemporaryDirectory() as folder:
     with open(os.path.join(folder, "test_broken_condition.py"), "w") as f:
         f.write(
-            "import pytest\n\n"
-            '@pytest.mark.skipif("flag_that_was_never_defined")\n'
-            "def test_it():\n"
-            "    pass\n"
+            'import pytest\n\n@pytest.mark.skipif("flag_that_was_never_defined")\ndef test_it():\n    pass\n'
         )
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--assert=plain", folder],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        universal_newlines=True,
+        text=True,
     )
 print(run.stdout[-1500:])
 assert "Error evaluating 'skipif' expression" in run.stdout, "no evaluation error reported"
