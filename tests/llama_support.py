@@ -1,22 +1,52 @@
-"""Test support: one real llama.cpp server for the whole session (built or reused: grader.llamacpp)."""
+"""Test support: one real llama.cpp server and one llama-cpp-python server for the whole session, each built
+on first use (progress on the terminal) or reused from the gagar cache (grader.llamacpp,
+grader.llamacpp_python)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from grader.llamacpp import BuildUnavailable, LlamaServer, ensure_binary, ensure_model
+from grader.llamacpp import BuildUnavailable, LlamaServer, Progress, ensure_binary, ensure_model
+from grader.llamacpp_python import LlamaCppPythonServer, ensure_package
+from grader.models import GroupResult
+from grader.transcript import read_transcript
+from tests.conftest import EXAMPLE_GROUP, run_gagar
+
+CONTEXT = 16384
+"""Both servers' context: a grading with default options fits (llama-cpp-python refuses a request whose prompt
+plus `max_tokens`, 4,096 by default, exceeds it)."""
+
+
+def terminal(config: pytest.Config) -> Progress:
+    """A line printer to the terminal past pytest's capture: a build's progress, minutes long, shows as it
+    goes."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:
+        if reporter is None or capture is None:
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+    return say
 
 
 @pytest.fixture(scope="session")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+def llama_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
     """A running llama-server on 127.0.0.1, stopped by PID and process group when the session ends.
 
     Skips (with the reason) where it cannot be built or started; never passes silently."""
     try:
+        binary = ensure_binary(terminal(request.config))
         server = LlamaServer(
-            ensure_binary(), ensure_model(), log_path=tmp_path_factory.mktemp("llama") / "server.log"
+            binary, ensure_model(), context=CONTEXT, log_path=tmp_path_factory.mktemp("llama") / "server.log"
         )
         server.start()
     except BuildUnavailable as exc:
@@ -25,3 +55,48 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_python_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaCppPythonServer]:
+    """A running `python -m llama_cpp.server --chat_format chatml-function-calling` on 127.0.0.1, stopped by
+    PID and process group when the session ends. Skips (with the reason) where it cannot be built or
+    started."""
+    try:
+        site = ensure_package(terminal(request.config))
+        log = tmp_path_factory.mktemp("llama-cpp-python") / "server.log"
+        server = LlamaCppPythonServer(site, ensure_model(), context=CONTEXT, log_path=log)
+        server.start()
+    except BuildUnavailable as exc:
+        pytest.skip(f"real llama-cpp-python server unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def grade_with_defaults(
+    base_url: str, model: str, out: Path
+) -> tuple[str, GroupResult, list[dict[str, Any]]]:
+    """`gagar grade` of the bundled example with the LLM grader's default options against a real server, as a
+    user runs it; returns what it printed, the group's result and its transcript's events."""
+    proc = run_gagar(
+        "grade",
+        str(EXAMPLE_GROUP),
+        "--out",
+        str(out),
+        "--grader",
+        "llm",
+        "--model",
+        model,
+        "--base-url",
+        base_url,
+        timeout=1200,
+    )
+    assert proc.returncode in (0, 1), proc.stderr  # 1: the group failed, which the result says why
+    (line,) = (out / "results.jsonl").read_text().splitlines()
+    result = GroupResult.model_validate_json(line)
+    assert result.transcript, result.reason
+    return proc.stdout, result, read_transcript(Path(result.transcript))
