@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,7 +25,6 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,46 +62,42 @@ def binary_key() -> str:
     return f"llama-cpp-python-{LLAMA_CPP_PYTHON}-{flags}"
 
 
-Progress = Callable[[str], None]
-"""Where a build reports its steps (a line each): the terminal, for a build that takes minutes."""
+log = logging.getLogger(__name__)
+"""A build's steps, at INFO: minutes long, so a terminal shows them (`gagar serve`, the test fixtures)."""
 
 _STEP = re.compile(rb"\[(\d+)/(\d+)\]")  # ninja's and cmake's "[12/180]" progress
-
-
-def _quiet(line: str) -> None:
-    pass
 
 
 def run_logged(
     cmd: list[str],
     cwd: Path,
-    log: Path,
+    output: Path,
     *,
     env: dict[str, str] | None = None,
-    progress: Progress = _quiet,
-    every: float = 20.0,
+    every: float = 30.0,
 ) -> None:
-    """Run a build step with its output appended to `log`, reporting the compiler's `[n/m]` step from the
-    log every `every` seconds. Raises BuildUnavailable naming the step and the log when it fails."""
+    """Run a build step with its output appended to the file `output`, logging the compiler's `[n/m]` step
+    from it every `every` seconds. Raises BuildUnavailable naming the step and the file when it fails."""
     started = time.monotonic()
-    with log.open("ab") as out:
+    with output.open("ab") as out:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
         while True:
             try:
                 proc.wait(every)
                 break
             except subprocess.TimeoutExpired:
-                steps = _STEP.findall(log.read_bytes()[-4000:])
+                steps = _STEP.findall(output.read_bytes()[-4000:])
                 step = f" (step {steps[-1][0].decode()}/{steps[-1][1].decode()})" if steps else ""
-                progress(f"  ... {time.monotonic() - started:.0f} s{step}")
+                log.info("  ... %.0f s%s", time.monotonic() - started, step)
     if proc.returncode != 0:
-        raise BuildUnavailable(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}); see {log}")
+        raise BuildUnavailable(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}); see {output}")
 
 
-def download_source(work: Path, log: Path, progress: Progress = _quiet) -> Path:
+def download_source(work: Path, output: Path) -> Path:
     """The `llama-cpp-python` sdist of `LLAMA_CPP_PYTHON`, downloaded into `work` and unpacked; returns its
-    folder (the llama.cpp sources are in its `vendor/llama.cpp`). Raises BuildUnavailable when pip fails."""
-    progress(f"downloading the llama-cpp-python {LLAMA_CPP_PYTHON} sdist from PyPI")
+    folder (the llama.cpp sources are in its `vendor/llama.cpp`); pip's output is appended to `output`.
+    Raises BuildUnavailable when pip fails."""
+    log.info("downloading the llama-cpp-python %s sdist from PyPI", LLAMA_CPP_PYTHON)
     run_logged(
         [
             sys.executable,
@@ -116,8 +112,7 @@ def download_source(work: Path, log: Path, progress: Progress = _quiet) -> Path:
             str(work),
         ],
         work,
-        log,
-        progress=progress,
+        output,
     )
     (sdist,) = work.glob("llama_cpp_python-*.tar.gz")
     with tarfile.open(sdist) as tar:
@@ -125,11 +120,9 @@ def download_source(work: Path, log: Path, progress: Progress = _quiet) -> Path:
     return work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
 
 
-def ensure_binary(progress: Progress = _quiet) -> Path:
-    """The cached `llama-server`, built first if absent (one build at a time per cache, under a file lock).
-
-    Args:
-        progress: told each step of a build (nothing when the binary is cached).
+def ensure_binary() -> Path:
+    """The cached `llama-server`, built first if absent (one build at a time per cache, under a file lock;
+    the steps are logged at INFO).
 
     Raises:
         BuildUnavailable: no compiler or cmake, or a build step failed (the message names its log).
@@ -144,23 +137,23 @@ def ensure_binary(progress: Progress = _quiet) -> Path:
         if target.exists():  # another process built it while this one waited
             return target
         started = time.monotonic()
-        progress(f"building llama-server into {target.parent} (once; about 5 min on 2 cores)")
+        log.info("building llama-server into %s (once; about 5 min on 2 idle cores)", target.parent)
         with tempfile.TemporaryDirectory(prefix="gagar-llama-build-") as tmp:
             work = Path(tmp)
-            log = work / "build.log"
-            source = download_source(work, log, progress) / "vendor" / "llama.cpp"
+            output = work / "build.log"
+            source = download_source(work, output) / "vendor" / "llama.cpp"
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             cmake = ["cmake", "-S", str(source), "-B", str(work / "build"), *generator, *CMAKE_FLAGS]
-            run_logged(cmake, work, log, progress=progress)
+            run_logged(cmake, work, output)
             jobs = str(os.cpu_count() or 2)
-            progress("compiling llama-server")
+            log.info("compiling llama-server")
             build = ["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", jobs]
-            run_logged(build, work, log, progress=progress)
+            run_logged(build, work, output)
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(".partial")
             shutil.copy2(work / "build" / "bin" / "llama-server", partial)
             partial.replace(target)  # atomic: a concurrent run never sees half a binary
-        progress(f"llama-server built in {time.monotonic() - started:.0f} s")
+        log.info("llama-server built in %.0f s", time.monotonic() - started)
     return target
 
 
@@ -232,7 +225,7 @@ class LlamaServer:
         Raises:
             BuildUnavailable: the process exited, or was not healthy in time (then it is stopped).
         """
-        log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
+        out = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
         cmd = [
             str(self.binary),
             "--model",
@@ -253,7 +246,7 @@ class LlamaServer:
         ]
         if self.chat_template is not None:
             cmd += ["--jinja", "--chat-template-file", str(self.chat_template)]
-        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -313,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     if args != ["build"]:
         print("usage: python -m grader.llamacpp build", file=sys.stderr)
         return 2
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         print(ensure_binary())
         print(ensure_model())

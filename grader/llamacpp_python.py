@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -32,12 +33,11 @@ from grader.llamacpp import (
     LLAMA_CPP_PYTHON,
     MODEL_ALIAS,
     BuildUnavailable,
-    Progress,
-    _quiet,
     cache_root,
     download_source,
     ensure_model,
     free_port,
+    log,
     run_logged,
     stop_process_group,
 )
@@ -71,12 +71,10 @@ def site_key() -> str:
     return f"site-{hashlib.sha256(' '.join(parts).encode()).hexdigest()[:10]}"
 
 
-def ensure_package(progress: Progress = _quiet) -> Path:
+def ensure_package() -> Path:
     """The folder holding `llama_cpp` and its server's dependencies, built first if absent (one build at a
-    time per cache, under a file lock; the folder appears whole or not at all).
-
-    Args:
-        progress: told each step of a build (nothing when the folder is cached).
+    time per cache, under a file lock; the folder appears whole or not at all; the steps are logged at INFO
+    on `grader.llamacpp`).
 
     Returns:
         The folder to put first on the server's `PYTHONPATH`.
@@ -96,20 +94,20 @@ def ensure_package(progress: Progress = _quiet) -> Path:
             return site
         started = time.monotonic()
         home.mkdir(parents=True, exist_ok=True)
-        log = home / "build.log"
-        log.write_bytes(b"")
+        output = home / "build.log"
+        output.write_bytes(b"")
         wheels = sorted(home.glob("llama_cpp_python-*.whl"))
         if not wheels:
-            progress(f"building llama-cpp-python {LLAMA_CPP_PYTHON} into {home} (once; minutes on 2 cores)")
+            log.info("building llama-cpp-python %s into %s (once; minutes)", LLAMA_CPP_PYTHON, home)
             with tempfile.TemporaryDirectory(prefix="gagar-llama-cpp-python-") as tmp:
                 work = Path(tmp)
-                source = download_source(work, log, progress)
+                source = download_source(work, output)
                 env = {
                     **os.environ,
                     "CMAKE_ARGS": " ".join(CMAKE_ARGS),
                     "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2),
                 }
-                progress("compiling the wheel (llama.cpp as shared libraries)")
+                log.info("compiling the wheel (llama.cpp as shared libraries)")
                 wheel_cmd = [
                     sys.executable,
                     "-m",
@@ -120,18 +118,18 @@ def ensure_package(progress: Progress = _quiet) -> Path:
                     "-w",
                     str(work / "dist"),
                 ]
-                run_logged([*wheel_cmd, str(source)], work, log, env=env, progress=progress)
+                run_logged([*wheel_cmd, str(source)], work, output, env=env)
                 (built,) = (work / "dist").glob("llama_cpp_python-*.whl")
                 shutil.copy2(built, home / f"{built.name}.partial")
                 (home / f"{built.name}.partial").replace(home / built.name)
             wheels = sorted(home.glob("llama_cpp_python-*.whl"))
-        progress("installing it with its server's dependencies (pip install --target)")
+        log.info("installing it with its server's dependencies (pip install --target)")
         partial = site.with_name(site.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         install = [sys.executable, "-m", "pip", "install", "--no-compile", "--target", str(partial)]
-        run_logged([*install, f"{wheels[-1]}[server]", *SERVER_PINS], home, log, progress=progress)
+        run_logged([*install, f"{wheels[-1]}[server]", *SERVER_PINS], home, output)
         partial.replace(site)
-        progress(f"llama-cpp-python ready in {time.monotonic() - started:.0f} s")
+        log.info("llama-cpp-python ready in %.0f s", time.monotonic() - started)
     return site
 
 
@@ -172,7 +170,7 @@ class LlamaCppPythonServer:
         Raises:
             BuildUnavailable: the process exited, or did not answer in time (then it is stopped).
         """
-        log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
+        out = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
         cmd = [
             sys.executable,
             "-s",  # the user's site-packages would shadow the pinned server dependencies
@@ -196,7 +194,7 @@ class LlamaCppPythonServer:
         path = os.pathsep.join(p for p in (str(self.site), os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path}
         self.process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -230,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m grader.llamacpp_python build", file=sys.stderr)
         return 2
     try:
-        print(ensure_package(lambda line: print(line, file=sys.stderr, flush=True)))
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        print(ensure_package())
         print(ensure_model())
     except BuildUnavailable as exc:
         print(f"llama-cpp-python unavailable: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ Ctrl-C (or SIGTERM) stops it; so does the server's own exit, with its exit code.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -51,7 +52,7 @@ def start_server(args: argparse.Namespace, log: Path) -> LlamaServer | LlamaCppP
     alias = args.model_file.stem if args.model_file else MODEL_ALIAS
     threads = args.threads or os.cpu_count() or 2
     if args.server == "llama-cpp-python":
-        site = ensure_package(_say)
+        site = ensure_package()
         server: LlamaServer | LlamaCppPythonServer = LlamaCppPythonServer(
             site, model, context=args.context, threads=threads, alias=alias, log_path=log, port=args.port
         )
@@ -59,7 +60,7 @@ def start_server(args: argparse.Namespace, log: Path) -> LlamaServer | LlamaCppP
         # The shipped template is Gemma 3's with tool calls: for the bundled model, or when asked for.
         template = args.chat_template or (None if args.model_file else chat_template_path())
         server = LlamaServer(
-            ensure_binary(_say),
+            ensure_binary(),
             model,
             context=args.context,
             threads=threads,
@@ -73,6 +74,8 @@ def start_server(args: argparse.Namespace, log: Path) -> LlamaServer | LlamaCppP
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # A first build takes minutes: its steps (logged by grader.llamacpp) go to the terminal.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     log = args.log or cache_root() / "serve" / f"{args.server}-{args.port}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)

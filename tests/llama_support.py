@@ -4,13 +4,15 @@ grader.llamacpp_python)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from grader.llamacpp import BuildUnavailable, LlamaServer, Progress, ensure_binary, ensure_model
+from grader.llamacpp import BuildUnavailable, LlamaServer, ensure_binary, ensure_model
 from grader.llamacpp_python import LlamaCppPythonServer, ensure_package
 from grader.models import GroupResult
 from grader.transcript import read_transcript
@@ -21,19 +23,28 @@ CONTEXT = 16384
 plus `max_tokens`, 4,096 by default, exceeds it)."""
 
 
-def terminal(config: pytest.Config) -> Progress:
-    """A line printer to the terminal past pytest's capture: a build's progress, minutes long, shows as it
-    goes."""
+@contextmanager
+def build_progress(config: pytest.Config) -> Iterator[None]:
+    """While the block runs, the build steps `grader.llamacpp` logs go to the terminal past pytest's capture:
+    a first build takes minutes and would otherwise look like a hung test."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capture = config.pluginmanager.get_plugin("capturemanager")
 
-    def say(line: str) -> None:
-        if reporter is None or capture is None:
-            return
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(line)
+    class ToTerminal(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if reporter is not None and capture is not None:
+                with capture.global_and_fixture_disabled():
+                    reporter.write_line(f"[gagar test setup] {record.getMessage()}")
 
-    return say
+    source = logging.getLogger("grader.llamacpp")
+    handler, level = ToTerminal(logging.INFO), source.level
+    source.addHandler(handler)
+    source.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        source.removeHandler(handler)
+        source.setLevel(level)
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +55,8 @@ def llama_server(
 
     Skips (with the reason) where it cannot be built or started; never passes silently."""
     try:
-        binary = ensure_binary(terminal(request.config))
+        with build_progress(request.config):
+            binary = ensure_binary()
         server = LlamaServer(
             binary, ensure_model(), context=CONTEXT, log_path=tmp_path_factory.mktemp("llama") / "server.log"
         )
@@ -65,7 +77,8 @@ def llama_cpp_python_server(
     PID and process group when the session ends. Skips (with the reason) where it cannot be built or
     started."""
     try:
-        site = ensure_package(terminal(request.config))
+        with build_progress(request.config):
+            site = ensure_package()
         log = tmp_path_factory.mktemp("llama-cpp-python") / "server.log"
         server = LlamaCppPythonServer(site, ensure_model(), context=CONTEXT, log_path=log)
         server.start()
