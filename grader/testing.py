@@ -1,10 +1,13 @@
 """A scripted OpenAI-compatible chat-completions server on loopback, for tests and benchmarks.
 
-Real HTTP, so the real `openai` client is exercised end to end: a *policy* (a function of the request body and
+Real HTTP, so the grader's real client is exercised end to end: a *policy* (a function of the request body and
 the request's number) decides each reply: a completion with tool calls or text, an HTTP error, or a delay.
+The server's options reproduce what real servers do besides: not streaming (and saying so, or answering a
+streamed request whole), streaming no choices, failing on a `tool_choice` other than "auto", closing a
+kept-alive connection when the next request comes.
 
     with ScriptedServer(lambda request, n: tool_calls(("list_candidates", {}))) as server:
-        client = openai.OpenAI(base_url=server.url, api_key="x")
+        grader = LLMGrader("scripted", base_url=server.url)
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 Policy = Callable[[dict[str, Any], int], "Reply"]
 
@@ -137,13 +141,15 @@ def read_every_diff_then_rank(
     return tool_calls(("submit_ranking", {"ranking": ranking, "reasons": reasons, "confidence": confidence}))
 
 
-def as_stream(body: dict[str, Any], include_usage: bool) -> bytes:
+def as_stream(body: dict[str, Any], include_usage: bool, choices: bool = True) -> bytes:
     """A completion as the server-sent events of a streamed reply: the role and content, each tool call
     (string arguments in two pieces, as servers split them), the finish reason, the usage if asked, [DONE].
 
     Args:
         body: a chat.completion body.
         include_usage: send the usage chunk (`stream_options.include_usage`).
+        choices: False sends every chunk with an empty `choices` list (llama-cpp-python's server streams so
+            under `--chat_format chatml-function-calling`).
 
     Returns:
         The event stream's bytes.
@@ -153,8 +159,10 @@ def as_stream(body: dict[str, Any], include_usage: bool) -> bytes:
     message = choice["message"]
 
     def event(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
-        choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
-        chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+        listed = (
+            [] if delta is None or not choices else [{"index": 0, "delta": delta, "finish_reason": finish}]
+        )
+        chunk = {**head, "object": "chat.completion.chunk", "choices": listed, **extra}
         return f"data: {json.dumps(chunk)}\n\n"
 
     events = [event({"role": "assistant", "content": message.get("content")})]
@@ -183,15 +191,45 @@ class _Listener(ThreadingHTTPServer):
     request_queue_size = 1024
 
 
+Streaming = Literal["events", "refused", "whole", "no_choices"]
+NOT_STREAMING = "streaming requested; this server does not stream"
+
+
 class ScriptedServer:
     """Serves POST /v1/chat/completions from a policy: one JSON body, or server-sent events when the request
-    asks to stream. Records every request body in `requests`."""
+    asks to stream. Records every request body that reaches it in `requests`.
 
-    def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 0) -> None:
+    Args:
+        policy: (request body, request number) -> the reply.
+        host, port: where to listen (port 0: any free one; `url` says which).
+        streaming: how a request asking to stream is answered: "events" (server-sent events), "refused"
+            (HTTP 400 saying this server does not stream), "whole" (one JSON body, as servers that ignore
+            `stream` answer), "no_choices" (events whose `choices` are all empty).
+        forced_tool_choice: "honoured", or "crashes": a `tool_choice` other than "auto" gets HTTP 500 with
+            an empty message, as an assertion in llama-cpp-python's handler answers it.
+        drop_kept_alive: a connection that carried a reply is closed when the next request comes on it,
+            unread and unanswered (a server whose keep-alive timeout fired just then); counted in `dropped`.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        streaming: Streaming = "events",
+        forced_tool_choice: Literal["honoured", "crashes"] = "honoured",
+        drop_kept_alive: bool = False,
+    ) -> None:
         self.policy = policy
+        self.streaming = streaming
+        self.forced_tool_choice = forced_tool_choice
+        self.drop_kept_alive = drop_kept_alive
         self.requests: list[dict[str, Any]] = []
         self.connections = 0
         """TCP connections accepted so far (a client keeping them alive opens one per thread)."""
+        self.dropped = 0
+        """Requests dropped unread with their kept-alive connection (`drop_kept_alive`)."""
         self._lock = threading.Lock()
         server = self
 
@@ -207,7 +245,26 @@ class ScriptedServer:
             def setup(self) -> None:
                 with server._lock:
                     server.connections += 1
+                self.replied = False
                 super().setup()
+
+            def handle_one_request(self) -> None:
+                if server.drop_kept_alive and self.replied:
+                    # Wait for the client's next request on this connection, then close it unread: the
+                    # unread bytes make the close a reset, and the request never reaches the handler.
+                    try:
+                        arrived = self.connection.recv(1, socket.MSG_PEEK)
+                    except OSError:
+                        arrived = b""
+                    if arrived:
+                        with server._lock:
+                            server.dropped += 1
+                        self.connection.setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                        )
+                    self.close_connection = True
+                    return
+                super().handle_one_request()
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 arrived = time.monotonic()
@@ -216,17 +273,27 @@ class ScriptedServer:
                 with server._lock:
                     number = len(server.requests)
                     server.requests.append(body)
+                choice = body.get("tool_choice")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     reply = error(404, f"no route {self.path}")
+                elif body.get("stream") and server.streaming == "refused":
+                    reply = error(400, NOT_STREAMING)
+                elif server.forced_tool_choice == "crashes" and choice is not None and choice != "auto":
+                    reply = error(500, "")
                 else:
                     try:
                         reply = server.policy(body, number)
                     except Exception as exc:  # a broken script shows up as a 500 the test can see
                         reply = error(500, f"policy raised {type(exc).__name__}: {exc}")
-                streamed = body.get("stream") and reply.status == 200 and "choices" in reply.body
+                streamed = (
+                    body.get("stream")
+                    and reply.status == 200
+                    and "choices" in reply.body
+                    and server.streaming in ("events", "no_choices")
+                )
                 if streamed:
                     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                    payload = as_stream(reply.body, include_usage)
+                    payload = as_stream(reply.body, include_usage, choices=server.streaming == "events")
                 else:
                     payload = json.dumps(reply.body).encode()
                 if reply.delay:  # counted from the request's arrival, as a model's latency would be
@@ -245,6 +312,7 @@ class ScriptedServer:
                         self.connection.shutdown(socket.SHUT_RDWR)
                         return
                     self.wfile.write(payload)
+                    self.replied = True
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout): nothing to answer
 

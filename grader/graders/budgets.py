@@ -22,7 +22,9 @@ class Budgets:
     request_timeout: float = 180.0
     """Seconds one request may take."""
     retries: int = 4
-    """Retries of a request that failed for a transient reason (429, 5xx, connection)."""
+    """Retries of a request that failed for a transient reason (429, 5xx, connection). A server error that
+    lasts through them is then tried once without each optional field the request carries (a tool_choice
+    other than "auto", response_format, stream) before the grading fails."""
     retry_wait_initial: float = 0.5
     """First wait between retries, in seconds (exponential with jitter after it)."""
     retry_wait_max: float = 20.0

@@ -32,7 +32,8 @@ class LLMConfig:
     tools on their own. The reply can then hold no reasoning text."""
     stream: bool = True
     """Stream replies: a request cut by the wall budget then closes its connection mid-reply, and the
-    server stops generating (llama.cpp keeps generating a non-streamed request whose client left)."""
+    server stops generating (llama.cpp keeps generating a non-streamed request whose client left). Where the
+    server does not stream, whole replies are asked for instead, learnt once."""
     prompts_dir: Path | None = field(default=None, metadata={"cli": "--prompts"})
     """Folder whose files override the shipped prompts/."""
     budgets: Budgets = field(default_factory=Budgets)

@@ -11,6 +11,7 @@ import io
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
@@ -173,6 +174,14 @@ def render_summary(console: Console, run: Run, limit: int | None = GROUP_ROWS) -
         console.print(Text("  most frequent flags:"))
         for name, candidates, groups in flags:
             console.print(Text(printable(f"    {name}: {candidates} candidate(s) in {groups} group(s)")))
+    learnt = Counter(
+        str(lesson)
+        for result in run.results
+        if isinstance(result.details.get("endpoint"), list)
+        for lesson in result.details["endpoint"]
+    )
+    for lesson, n in learnt.most_common():  # what the endpoint refused, and what was sent instead
+        console.print(Text(printable(f"  endpoint learnt ({n} group(s)): {lesson}"), style="yellow"))
     if summary.failures:
         console.print(Text("  failures:"))
         for reason, n in summary.failures.most_common(5):
@@ -261,6 +270,9 @@ def render_group(console: Console, run: Run, group_id: str, full: bool = False) 
     if result.usage:
         usage = ", ".join(f"{k} {v:,}" for k, v in result.usage.items())
         console.print(Text(f"  usage: {usage}"))
+    lessons = result.details.get("endpoint")
+    for lesson in lessons if isinstance(lessons, list) else []:  # what the endpoint refused, and instead
+        console.print(Text(printable(f"  endpoint learnt: {lesson}"), style="yellow"))
     for tid, hits in result.flags.items():
         for hit in hits:
             console.print(Text(printable(f"  injection flagged in {tid}: {hit}"), style="bold red"))

@@ -126,6 +126,22 @@ def to_steps(events: list[dict[str, Any]], legend: dict[str, str] | None = None)
             if event.get("sleep") is not None:
                 title += f" (waits {event['sleep']}s)"
             steps.append(Step(t, kind, title, problem=True))
+        elif kind == "learnt":  # something the endpoint refused, and what is sent instead from now on
+            title = f"learnt: {event.get('refused')} refused; {event.get('instead')}"
+            steps.append(Step(t, kind, title, f"from: {event.get('cause')}"))
+        elif kind == "endpoint":  # what earlier gradings had learnt of the endpoint
+            lessons = [e for e in event.get("learnt") or [] if isinstance(e, dict)]
+            body = "\n".join(
+                f"{e.get('refused')}: {e.get('instead')} (from: {e.get('cause')})" for e in lessons
+            )
+            steps.append(Step(t, kind, f"endpoint: {len(lessons)} thing(s) learnt before this grading", body))
+        elif kind in ("resent", "fallback"):
+            title = (
+                f"sent again at once (a stale connection): {event.get('error')}"
+                if kind == "resent"
+                else f"tried once without {event.get('without')} after: {event.get('after')}"
+            )
+            steps.append(Step(t, kind, title, problem=True))
         elif kind == "invalid_ranking":
             title = f"invalid ranking (repair {event.get('repair')}): {event.get('problem')}"
             steps.append(Step(t, kind, title, problem=True))
