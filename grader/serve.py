@@ -79,6 +79,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log = args.log or cache_root() / "serve" / f"{args.server}-{args.port}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    # Ctrl-C stops it even where SIGINT came in ignored (a shell's background job, a test's subprocess).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     server = None
     try:
         try:
@@ -105,6 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
