@@ -81,7 +81,8 @@ def test_serve_starts_a_server_that_answers_prints_its_url_and_stops_on_ctrl_c(
             assert json.loads(reply.read())["data"][0]["id"] == model
         # The shipped tool-call template is the one in use, not the GGUF's own.
         with urllib.request.urlopen(base_url.removesuffix("/v1") + "/props", timeout=10) as reply:
-            assert json.loads(reply.read())["chat_template"] == chat_template_path().read_text()
+            served = json.loads(reply.read())["chat_template"]
+        assert served.rstrip("\n") == chat_template_path().read_text().rstrip("\n")
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(30) == 0
     finally:
