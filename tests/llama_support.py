@@ -90,11 +90,19 @@ def llama_cpp_python_server(
         server.stop()
 
 
+WALL_SECONDS = 300
+"""The one option the default-options gradings change: the wall budget (default 900 s). A base model writes on
+to the 4,096-token turn limit, so at about 40 tokens/s a grading runs to its wall budget whatever it is; this
+bounds what the two tests add to CI."""
+
+
 def grade_with_defaults(
     base_url: str, model: str, out: Path
 ) -> tuple[str, GroupResult, list[dict[str, Any]]]:
-    """`gagar grade` of the bundled example with the LLM grader's default options against a real server, as a
-    user runs it; returns what it printed, the group's result and its transcript's events."""
+    """`gagar grade` of the bundled example with the LLM grader's default options (the wall budget aside:
+    `WALL_SECONDS`) against a real server, as a user runs it; returns what it printed, the group's result and
+    its transcript's events. Asserts the grading ended as a grading may: a validated ranking, or a failure on
+    a budget or the ranking's validation, never on the endpoint (the group passed through unchanged)."""
     proc = run_gagar(
         "grade",
         str(EXAMPLE_GROUP),
@@ -106,10 +114,19 @@ def grade_with_defaults(
         model,
         "--base-url",
         base_url,
-        timeout=1200,
+        "--max-seconds",
+        str(WALL_SECONDS),
+        timeout=WALL_SECONDS + 300,
     )
     assert proc.returncode in (0, 1), proc.stderr  # 1: the group failed, which the result says why
     (line,) = (out / "results.jsonl").read_text().splitlines()
     result = GroupResult.model_validate_json(line)
     assert result.transcript, result.reason
+    assert result.group_id in proc.stdout
+    if result.status == "graded":
+        assert sorted(t for tier in result.ranking for t in tier) == sorted(result.weights)
+    else:
+        assert result.status == "failed", result.reason
+        assert "budget" in result.reason or "ranking" in result.reason, result.reason
+        assert result.advantages_after == result.advantages_before
     return proc.stdout, result, read_transcript(Path(result.transcript))

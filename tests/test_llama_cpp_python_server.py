@@ -56,17 +56,16 @@ def events(body: bytes) -> list[str]:
 def test_grading_the_bundled_example_with_default_options(
     llama_cpp_python_server: LlamaCppPythonServer, tmp_path: Path
 ) -> None:
-    printed, result, transcript = grade_with_defaults(
+    """`gagar grade --grader llm` as a user runs it: whatever the endpoint learns of this server (whole
+    replies after an empty stream, "auto" for "required") it records, and the grading ends as a grading
+    may."""
+    _, result, transcript = grade_with_defaults(
         llama_cpp_python_server.url, llama_cpp_python_server.alias, tmp_path / "run"
     )
-    responses = [e for e in transcript if e["type"] == "response"]
-    assert responses, "no reply from the server reached the loop"
-    assert result.group_id in printed
-    if result.status == "graded":
-        assert sorted(t for tier in result.ranking for t in tier) == sorted(result.weights)
-    else:
-        assert result.status == "failed" and result.reason
-        assert result.advantages_after == result.advantages_before
+    learnt = {e["option"] for e in transcript if e["type"] == "learnt"}
+    assert learnt <= {"stream", "tool_choice"}, learnt
+    replies = [e for e in transcript if e["type"] == "response"]
+    assert replies or "wall-time budget" in result.reason
 
 
 def test_a_forced_tool_choice_streamed_gets_an_empty_stream_then_a_closed_connection(

@@ -183,14 +183,7 @@ def test_a_server_restarting_mid_grading_is_retried(llama_server: LlamaServer, t
 
 
 def test_grading_the_bundled_example_with_default_options(llama_server: LlamaServer, tmp_path: Path) -> None:
-    """`gagar grade --grader llm` as a user runs it, nothing but the model and the URL given: native tool
-    calls, streamed replies, the default budgets."""
-    printed, result, transcript = grade_with_defaults(llama_server.url, llama_server.alias, tmp_path / "run")
-    assert [e for e in transcript if e["type"] == "response"], "no reply from the server reached the loop"
-    assert result.group_id in printed
+    """`gagar grade --grader llm` as a user runs it, the model and the URL given: native tool calls, streamed
+    replies, `tool_choice` auto then required; llama-server takes them all, so the endpoint learns nothing."""
+    _, _, transcript = grade_with_defaults(llama_server.url, llama_server.alias, tmp_path / "run")
     assert not [e for e in transcript if e["type"] == "learnt"], "llama-server supports every default"
-    if result.status == "graded":
-        assert sorted(t for tier in result.ranking for t in tier) == sorted(result.weights)
-    else:
-        assert result.status == "failed" and result.reason
-        assert result.advantages_after == result.advantages_before
