@@ -86,9 +86,13 @@ def test_serve_starts_a_server_that_answers_prints_its_url_and_stops_on_ctrl_c(
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(30) == 0
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        if process.poll() is None:  # a failed assertion: stop it as a user would, so it stops its server
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
     assert "stopping llama.cpp" in (process.stderr.read() if process.stderr else "")
     with pytest.raises(OSError):  # nothing listens there any more: the server went with the command
         urllib.request.urlopen(f"{base_url}/models", timeout=5)
