@@ -140,7 +140,8 @@ def ensure_binary() -> Path:
         log.info("building llama-server into %s (once; about 5 min on 2 idle cores)", target.parent)
         with tempfile.TemporaryDirectory(prefix="gagar-llama-build-") as tmp:
             work = Path(tmp)
-            output = work / "build.log"
+            output = target.parent.parent / f"{binary_key()}.build.log"  # kept: a failure names it
+            output.write_bytes(b"")
             source = download_source(work, output) / "vendor" / "llama.cpp"
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             cmake = ["cmake", "-S", str(source), "-B", str(work / "build"), *generator, *CMAKE_FLAGS]
