@@ -235,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     from grader.evaluation.cli import register as register_evaluation
     from grader.inspect.cli import register as register_inspect
     from grader.sandbox.cli import register as register_sandbox
+    from grader.serve import register as register_serve
     from grader.simulate_cli import register as register_simulate
 
     register_sandbox(sub)
@@ -242,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_inspect(sub)
     register_simulate(sub)
     register_distill(sub)
+    register_serve(sub)
     add_examples(parser)
     return parser
 

@@ -50,9 +50,15 @@ EXAMPLES: dict[str, str] = {
   gagar bench check examples/benchmark-tiny""",
     "bench check": """\
   gagar bench check examples/benchmark-tiny --no-probes""",
+    "bench prepare": """\
+  gagar bench prepare swebench-lite --list-sources
+  gagar bench prepare swebench-lite --source-root ~/src --partial""",
     "bench bundle": """\
   gagar bench bundle ~/src/project 0123456789abcdef0123456789abcdef01234567 \\
       --repository https://github.com/owner/project --out bundles/""",
+    "serve": """\
+  gagar serve
+  gagar serve --server llama-cpp-python --port 8081 --threads 2""",
     "reference": """\
   gagar reference consensus groups.jsonl --k 5 --out references.jsonl""",
     "reference consensus": """\

