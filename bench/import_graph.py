@@ -142,7 +142,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "inspect.assets",
         ],
     ),
-    ("test servers", ["testing", "llamacpp"]),
+    ("test servers", ["testing", "llamacpp", "llamacpp_python", "serve"]),
     (
         "CLI",
         [
