@@ -38,6 +38,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     cut_after: int | None = None
     """Send only this many bytes of the body, then drop the connection (a server that dies mid-reply)."""
+    on_send: Callable[[], None] | None = None
+    """Called once the delay is over, just before the reply goes out: the moment the request stops being in
+    flight as the client can see it (its next request can only follow this reply)."""
 
 
 _ids = count(1)
@@ -298,6 +301,8 @@ class ScriptedServer:
                     payload = json.dumps(reply.body).encode()
                 if reply.delay:  # counted from the request's arrival, as a model's latency would be
                     time.sleep(max(0.0, reply.delay - (time.monotonic() - arrived)))
+                if reply.on_send is not None:
+                    reply.on_send()
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")

@@ -201,7 +201,8 @@ def test_the_first_run_in_docker_names_the_image_and_its_python(
     (skip,) = [mark for mark in docker_marks() if mark.name == "skip"] or [None]
     if skip is not None:
         pytest.skip(skip.kwargs["reason"])
-    from grader.sandbox.images import DEFAULT_IMAGE, build_images
+    from grader.sandbox.base import DEFAULT_IMAGE
+    from grader.sandbox.images import build_images
 
     build_images()  # a no-op once the images exist
     group = repo.group({"a": (repo.patch(FIX), True), "f": ("", False)})

@@ -175,10 +175,13 @@ def test_a_server_restarting_mid_grading_is_retried(llama_server: LlamaServer, t
     llama_server.start()  # same port, empty cache
     worker.join(600)
     events = outcome["events"]
-    retries = [e for e in events if e["type"] == "retry"]
-    assert retries and ("Connection" in retries[0]["error"] or "503" in retries[0]["error"])
+    # Recovered either by a counted retry or, when the restart only left a dead kept-alive connection behind,
+    # by the endpoint's one free resend of a request that never reached a server.
+    recoveries = [e for e in events if e["type"] in ("retry", "resent")]
+    assert recoveries, [e["type"] for e in events]
+    assert "Connection" in recoveries[0]["error"] or "503" in recoveries[0]["error"], recoveries[0]
     responses = [e["t"] for e in events if e["type"] == "response"]
-    assert len(responses) >= 2 and responses[-1] > retries[0]["t"]  # the grading went on after the restart
+    assert len(responses) >= 2 and responses[-1] > recoveries[0]["t"]  # the grading went on after the restart
     assert outcome["result"].status in ("graded", "failed")
 
 

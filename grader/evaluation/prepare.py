@@ -298,7 +298,8 @@ def prepare(
             commits = sorted({i.base_commit for i in instances if i.repository == repository})
             key = f"mirror:{repository}:{sha256_text(' '.join(commits))}"
             broken = state.get(key)
-            if broken is not None and all(mirrors.lookup(github_url(repository), c) for c in commits):
+            mirror = mirrors.path_for(github_url(repository))  # read as it is: never cloned or fetched here
+            if broken is not None and mirror.exists() and all(has_commit(mirror, c) for c in commits):
                 report.resumed += 1
             else:
                 broken = _seed_mirror(mirrors, repository, locations[repository], commits)

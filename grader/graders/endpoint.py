@@ -44,6 +44,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from grader.errors import GagarError
 from grader.graders.budgets import Budgets
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -65,7 +66,7 @@ Note = Callable[..., Any]
 """Records an event of the call: `note(kind, **fields)` (a `Transcript.event`)."""
 
 
-class EndpointFailed(Exception):
+class EndpointFailed(GagarError):
     """The endpoint gave no usable reply; the message is the reason in words (what the server answered, after
     how many attempts)."""
 
