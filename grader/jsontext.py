@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from grader.errors import GagarError
 
-class TooDeep(ValueError):
+
+class TooDeep(GagarError, ValueError):
     """The text nests deeper than Python's JSON reader goes."""
 
 

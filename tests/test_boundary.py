@@ -3,6 +3,7 @@ input checks, and the sandbox bound counted from the Docker engine."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -177,15 +178,16 @@ def test_max_sandboxes_holds_counted_from_the_engine(tmp_path: Path, sandbox_ima
         labels = labels_in(request)
         return tool_calls(("submit_ranking", {"ranking": [labels], "reasons": {}, "confidence": 1.0}))
 
+    from grader.sandbox.leftovers import LABEL_PID
+
     client = docker.from_env()
     peak, stop = [0], threading.Event()
-    before = {c.id for c in client.containers.list(filters={"label": "gagar.sandbox"})}
+    # This process's containers only: on an engine other test sessions share, theirs are not this bound's.
+    ours = {"label": f"{LABEL_PID}={os.getpid()}"}
 
     def watch() -> None:
         while not stop.is_set():
-            mine = [
-                c for c in client.containers.list(filters={"label": "gagar.sandbox"}) if c.id not in before
-            ]
+            mine = client.containers.list(filters=ours)
             peak[0] = max(peak[0], len(mine))
             time.sleep(0.1)
 
