@@ -27,7 +27,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from grader.errors import GagarError
 from grader.filelock import file_lock
@@ -189,8 +189,89 @@ def stop_process_group(process: subprocess.Popen | None) -> None:
         process.wait(5)
 
 
+_Server = TypeVar("_Server", bound="LocalServer")
+
+
+class LocalServer:
+    """A model server process on 127.0.0.1 in its own process group, as both test servers run: started by
+    `start`, which waits until `ready()`, and ended with its whole group by `stop`. A subclass (a dataclass
+    with `port`, `process` and `log_path` fields) says what to run (`command`, `environment`) and when it
+    answers (`ready`)."""
+
+    name = "server"
+    """What messages call the server."""
+    startup_seconds = 60.0
+    """How long `start` waits by default."""
+    port: int
+    process: subprocess.Popen | None
+    log_path: Path | None
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base URL."""
+        return f"{self.root}/v1"
+
+    def command(self) -> list[str]:
+        """The server's argv."""
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str] | None:
+        """The server's environment; None inherits this process's."""
+        return None
+
+    def ready(self) -> bool:
+        """Whether the server answers yet (one short request; never raises for a server still starting)."""
+        raise NotImplementedError
+
+    def start(self: _Server, timeout: float | None = None) -> _Server:
+        """Start the server (again, on the same port, after `stop`) and wait until it is ready.
+
+        Args:
+            timeout: seconds to wait; `startup_seconds` when None.
+
+        Returns:
+            self.
+
+        Raises:
+            BuildUnavailable: the process exited, or was not ready in time (then it is stopped).
+        """
+        timeout = self.startup_seconds if timeout is None else timeout
+        out = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=self.environment(),
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                raise BuildUnavailable(f"{self.name} exited with {code}; see {self.log_path}")
+            if self.ready():
+                return self
+            time.sleep(0.3)
+        self.stop()
+        raise BuildUnavailable(f"{self.name} did not answer after {timeout:g}s")
+
+    def stop(self) -> None:
+        """End the server by its PID and process group (SIGTERM, then SIGKILL after 10 s)."""
+        stop_process_group(self.process)
+
+    def __enter__(self: _Server) -> _Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass
-class LlamaServer:
+class LlamaServer(LocalServer):
     """A running `llama-server` on 127.0.0.1, in its own process group; `stop()` ends the group."""
 
     binary: Path
@@ -206,28 +287,9 @@ class LlamaServer:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    name = "llama-server"
 
-    @property
-    def url(self) -> str:
-        """The OpenAI-compatible base URL."""
-        return f"{self.root}/v1"
-
-    def start(self, timeout: float = 60.0) -> LlamaServer:
-        """Start the server (again, on the same port, after `stop`) and wait until /health says ok.
-
-        Args:
-            timeout: seconds to wait for health.
-
-        Returns:
-            self.
-
-        Raises:
-            BuildUnavailable: the process exited, or was not healthy in time (then it is stopped).
-        """
-        out = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
+    def command(self) -> list[str]:
         cmd = [
             str(self.binary),
             "--model",
@@ -248,21 +310,14 @@ class LlamaServer:
         ]
         if self.chat_template is not None:
             cmd += ["--jinja", "--chat-template-file", str(self.chat_template)]
-        self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                raise BuildUnavailable(f"llama-server exited with {code}; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"{self.root}/health", timeout=2) as r:
-                    if json.loads(r.read()).get("status") == "ok":
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise BuildUnavailable(f"llama-server not healthy after {timeout:g}s")
+        return cmd
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.root}/health", timeout=2) as r:
+                return json.loads(r.read()).get("status") == "ok"
+        except (OSError, ValueError):
+            return False
 
     def post(self, path: str, body: dict) -> dict:
         """POST JSON to an endpoint of the server (e.g. /apply-template, /tokenize, /v1/chat/completions).
@@ -291,16 +346,6 @@ class LlamaServer:
     def busy(self) -> bool:
         """Whether any slot is processing a request (prompt or generation), per /slots."""
         return any(slot.get("is_processing") for slot in self.get("/slots"))
-
-    def stop(self) -> None:
-        """End the server by its PID and process group (SIGTERM, then SIGKILL after 10 s)."""
-        stop_process_group(self.process)
-
-    def __enter__(self) -> LlamaServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

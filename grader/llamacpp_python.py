@@ -33,13 +33,13 @@ from grader.llamacpp import (
     LLAMA_CPP_PYTHON,
     MODEL_ALIAS,
     BuildUnavailable,
+    LocalServer,
     cache_root,
     download_source,
     ensure_model,
     free_port,
     log,
     run_logged,
-    stop_process_group,
 )
 
 CMAKE_ARGS = (
@@ -134,7 +134,7 @@ def ensure_package() -> Path:
 
 
 @dataclass
-class LlamaCppPythonServer:
+class LlamaCppPythonServer(LocalServer):
     """`python -m llama_cpp.server` on 127.0.0.1 in its own process group, serving `model` under the name
     `alias` with `chat_format`; `stop()` ends the group."""
 
@@ -149,29 +149,11 @@ class LlamaCppPythonServer:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    name = "llama_cpp.server"
+    startup_seconds = 120.0  # imports and the model load take a few seconds
 
-    @property
-    def url(self) -> str:
-        """The OpenAI-compatible base URL."""
-        return f"{self.root}/v1"
-
-    def start(self, timeout: float = 120.0) -> LlamaCppPythonServer:
-        """Start the server and wait until it lists its model.
-
-        Args:
-            timeout: seconds to wait for it (imports and the model load take a few seconds).
-
-        Returns:
-            self.
-
-        Raises:
-            BuildUnavailable: the process exited, or did not answer in time (then it is stopped).
-        """
-        out = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
-        cmd = [
+    def command(self) -> list[str]:
+        return [
             sys.executable,
             "-s",  # the user's site-packages would shadow the pinned server dependencies
             "-m",
@@ -191,35 +173,18 @@ class LlamaCppPythonServer:
             "--port",
             str(self.port),
         ]
+
+    def environment(self) -> dict[str, str]:
         path = os.pathsep.join(p for p in (str(self.site), os.environ.get("PYTHONPATH")) if p)
-        env = {**os.environ, "PYTHONPATH": path}
-        self.process = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                raise BuildUnavailable(f"llama_cpp.server exited with {code}; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/models", timeout=2) as r:
-                    if json.loads(r.read()).get("data"):
-                        return self
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise BuildUnavailable(f"llama_cpp.server did not answer after {timeout:g}s")
+        return {**os.environ, "PYTHONPATH": path}
 
-    def stop(self) -> None:
-        """End the server by its PID and process group (SIGTERM, then SIGKILL after 10 s)."""
-        stop_process_group(self.process)
-
-    def __enter__(self) -> LlamaCppPythonServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def ready(self) -> bool:
+        """Ready once it lists its model."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/models", timeout=2) as r:
+                return bool(json.loads(r.read()).get("data"))
+        except (OSError, ValueError):
+            return False
 
 
 def main(argv: list[str] | None = None) -> int:

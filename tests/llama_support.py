@@ -22,6 +22,21 @@ CONTEXT = 16384
 plus `max_tokens`, 4,096 by default, exceeds it)."""
 
 
+DIFF_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "diff",
+        "description": "Show a diff.",
+        "parameters": {
+            "type": "object",
+            "properties": {"candidate": {"type": "string", "enum": ["C-ab12", "C-cd34"]}},
+            "required": ["candidate"],
+        },
+    },
+}
+"""A one-argument tool both real servers are asked to call (its argument an enum of candidate labels)."""
+
+
 @pytest.fixture(scope="session")
 def llama_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory

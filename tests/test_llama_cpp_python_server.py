@@ -17,20 +17,9 @@ from typing import Any
 import pytest
 
 from grader.llamacpp_python import LlamaCppPythonServer
+from tests.llama_support import DIFF_TOOL as TOOL
 from tests.llama_support import grade_with_defaults
 
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "diff",
-        "description": "Show a diff.",
-        "parameters": {
-            "type": "object",
-            "properties": {"candidate": {"type": "string", "enum": ["C-ab12", "C-cd34"]}},
-            "required": ["candidate"],
-        },
-    },
-}
 ASK = [{"role": "user", "content": "Look at C-ab12."}]
 
 

@@ -16,21 +16,9 @@ from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
 from grader.transcript import read_transcript
 from tests.conftest import EXAMPLE_GROUP, llm_grader
-from tests.llama_support import grade_with_defaults
+from tests.llama_support import DIFF_TOOL, grade_with_defaults
 
 TOOL_OUTPUT = '<<<DATA 1a2b>>>\n-    return a - b\n+    return a + b  # a & b < c > d "q"\n<<<END 1a2b>>>'
-DIFF_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "diff",
-        "description": "Show a diff.",
-        "parameters": {
-            "type": "object",
-            "properties": {"candidate": {"type": "string", "enum": ["C-ab12", "C-cd34"]}},
-            "required": ["candidate"],
-        },
-    },
-}
 
 
 def one_tool_round(label: str, output: str) -> list[dict[str, Any]]:
