@@ -27,6 +27,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 STOP_POLL = 0.1
 """Seconds between looks at the `stop` event while waiting for results."""
+WHERE_TIMEOUT = 2.0
+"""Seconds to wait for a dead actor's node name when writing the reason of a group it lost."""
+LOST = (
+    ray.exceptions.RayActorError,
+    ray.exceptions.WorkerCrashedError,
+    ray.exceptions.ObjectLostError,
+    ray.exceptions.NodeDiedError,
+)
+"""What a group's task raises when its actor, worker process or node is gone: the group is tried elsewhere."""
 
 
 class _GradingActor:
@@ -39,7 +48,16 @@ class _GradingActor:
     def grade(self, group_data: dict[str, Any]) -> dict[str, Any]:
         # Anything the grader raises (SystemExit included) fails the group, never the actor.
         group = Group.model_validate(group_data)
-        return grade_group_contained(group, self.grader, self.options).model_dump(mode="json")
+        result = grade_group_contained(group, self.grader, self.options)
+        where = self.where()
+        result.details["ray"] = {"node": where}
+        if result.status == "failed":  # a repository one node lacks: the reason says which node
+            result.reason = f"{result.reason} (on {where})"
+        return result.model_dump(mode="json")
+
+    def where(self) -> str:
+        """The node this actor runs on: its address and the start of its Ray node id."""
+        return f"{ray.util.get_node_ip_address()} (node {ray.get_runtime_context().get_node_id()[:8]})"
 
     def ping(self) -> bool:
         return True
@@ -88,11 +106,30 @@ class RayGrader:
         self._remote = ray.remote(_GradingActor).options(
             max_concurrency=self.per_actor, num_cpus=0, **(actor_options or {})
         )
+        self._where: list[Any] = []
         self._actors: list[Any] = [self._spawn() for _ in range(max(1, actors))]
         self._alive = [True] * len(self._actors)
 
     def _spawn(self) -> Any:
-        return self._remote.remote(self._factory, self.options)
+        actor = self._remote.remote(self._factory, self.options)
+        # Asked now, while the actor lives: a reason for a lost node must name it after the node is gone.
+        self._where.append(actor.where.remote())
+        return actor
+
+    def _node_of(self, actor: int) -> str:
+        """Where actor `actor` ran, as it said when it started; "an unknown node" if it never said."""
+        try:
+            return str(ray.get(self._where[actor], timeout=WHERE_TIMEOUT))
+        except Exception:  # the actor died before it answered, or the runtime cannot say
+            return "an unknown node"
+
+    def _replace(self, actor: int, load: list[int]) -> None:
+        """Mark `actor` dead and start a fresh one (Ray places it on a node that is still there)."""
+        if self._alive[actor]:
+            self._alive[actor] = False
+            self._actors.append(self._spawn())
+            self._alive.append(True)
+            load.append(0)
 
     def _least_loaded(self, load: list[int]) -> int:
         live = [i for i, alive in enumerate(self._alive) if alive]
@@ -132,9 +169,9 @@ class RayGrader:
             pending[ref] = _Pending(index, group, attempts, actor)
             load[actor] += 1
 
-        capacity = self.per_actor * len(self._actors)
         while queue or pending:
-            while queue and len(pending) < capacity:
+            # Capacity follows the live actors: a lost node's actors are replaced, not counted.
+            while queue and len(pending) < self.per_actor * max(1, sum(self._alive)):
                 submit(*queue.pop(0))
             timeout = None
             if self.deadline is not None:
@@ -150,19 +187,25 @@ class RayGrader:
                 job = pending.pop(ref)
                 load[job.actor] -= 1
                 try:
-                    yield job.index, GroupResult.model_validate(ray.get(ref))
-                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
-                    self._alive[job.actor] = False
+                    result = GroupResult.model_validate(ray.get(ref))
+                except LOST as exc:
+                    node = self._node_of(job.actor)
+                    self._replace(job.actor, load)
                     if job.attempts < self.retries:
                         queue.append((job.index, job.group, job.attempts + 1))
                     else:
+                        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                         reason = (
-                            f"actor died while grading ({job.attempts + 1} attempts): {type(exc).__name__}"
+                            f"actor died while grading ({job.attempts + 1} attempts), the last on {node}:"
+                            f" {type(exc).__name__}: {cause}"
                         )
                         yield job.index, passthrough(job.group, self.name, reason, Outcome.ACTOR_DIED)
                 except ray.exceptions.RayError as exc:
-                    reason = f"ray: {type(exc).__name__}: {exc}"
+                    reason = f"ray ({self._node_of(job.actor)}): {type(exc).__name__}: {exc}"
                     yield job.index, passthrough(job.group, self.name, reason, Outcome.DISTRIBUTED)
+                else:
+                    result.details.setdefault("ray", {})["attempts"] = job.attempts + 1
+                    yield job.index, result
         late = [(job.index, job.group) for job in pending.values()] + [(i, g) for i, g, _ in queue]
         for ref in pending:
             ray.cancel(ref)
