@@ -137,10 +137,10 @@ def counts(results: list[GroupResult]) -> dict[str, int]:
     return dict(tally)
 
 
-def grade_losing(cluster: Cluster, lose: str) -> tuple[list[GroupResult], Node]:
+def grade_losing(cluster: Cluster, lose: str, retries: int = 1) -> tuple[list[GroupResult], Node]:
     """Grade `GROUPS` groups; after the 8th result, kill or cut off a worker that holds actors."""
     groups = batch()
-    remote = grader_on(cluster, seconds=0.5)
+    remote = grader_on(cluster, seconds=0.5, retries=retries)
     streamed: list[tuple[int, GroupResult]] = []
     victim: Node | None = None
     for index, result in remote.grade_indexed(groups):
@@ -187,8 +187,17 @@ def test_groups_spread_over_both_worker_nodes_read_the_shared_repositories(two_w
 def test_a_worker_killed_mid_batch_every_group_ends_regraded_or_failed_naming_it(two_workers: Cluster) -> None:
     results, victim = grade_losing(two_workers, "kill")
     tally = counts(results)
-    print(f"\nnode-loss run (docker kill {victim.ip}): {tally}")
+    print(f"\nnode-loss run (docker kill {victim.ip}, 1 retry): {tally}")
     assert tally["regraded"] >= 1, tally
+
+
+def test_without_retries_the_lost_nodes_groups_fail_naming_it(two_workers: Cluster) -> None:
+    results, victim = grade_losing(two_workers, "kill", retries=0)
+    tally = counts(results)
+    print(f"\nnode-loss run (docker kill {victim.ip}, no retry): {tally}")
+    assert tally.get("failed/actor_died", 0) >= 1 and tally["regraded"] == 0, tally
+    failed = [r for r in results if r.status == "failed"]
+    assert all(f"the last on {victim.ip} " in r.reason for r in failed), failed[0].reason
 
 
 def test_a_worker_cut_off_then_back_every_group_ends_regraded_or_failed(two_workers: Cluster) -> None:

@@ -50,8 +50,10 @@ _SOURCES = ("grader", "prompts", "pyproject.toml", "README.md")
 # Fast failure detection so that a lost node costs seconds, not the default half minute.
 _HEAD_ENV = {
     "RAY_health_check_period_ms": "1000",
-    "RAY_health_check_timeout_ms": "1000",
-    "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_timeout_ms": "2000",
+    "RAY_health_check_failure_threshold": "5",
+    # A driver's Ray Client server process may take long to start on a busy machine (default 30 s).
+    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "180",
 }
 
 
@@ -233,8 +235,10 @@ class Cluster:
         self.network.disconnect(node.container, force=True)
 
     def reconnect(self, node: Node) -> None:
-        """Put the node back on the network at its old address."""
-        self.network.connect(node.container, ipv4_address=node.ip)
+        """Put the node back on the network (the engine may give it another address; `node.ip` follows)."""
+        self.network.connect(node.container)
+        node.container.reload()
+        node.ip = node.container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
 
     def add_worker(self, cpus: int = 1) -> Node:
         """Start one more worker node and wait until the head counts it."""
