@@ -1,4 +1,4 @@
-"""gagar on a real multi-node Ray cluster: a head and two worker containers, a node killed or cut off mid-batch.
+"""gagar on a real multi-node Ray cluster: a head and two worker containers, a node lost mid-batch.
 
 The cluster (`grader.integrations.cluster`) runs on the local Docker engine; the test process is the driver
 and connects through the Ray Client port. The node image is built on first use (minutes, with progress on
@@ -167,9 +167,7 @@ def grade_losing(cluster: Cluster, lose: str, retries: int = 1) -> tuple[list[Gr
             assert r.outcome is Outcome.ACTOR_DIED, r.reason
             assert victim.ip in r.reason, r.reason
             assert r.advantages_after == r.advantages_before
-            assert {k: v for k, v in r.advantages_after.items()} == {
-                k: before[k] for k in r.advantages_after
-            }
+            assert r.advantages_after == {k: before[k] for k in r.advantages_after}
     remote.shutdown()
     return results, victim
 
@@ -184,7 +182,9 @@ def test_groups_spread_over_both_worker_nodes_read_the_shared_repositories(two_w
     assert results[0].ranking[0] == ["clean", "clean-respaced"]
 
 
-def test_a_worker_killed_mid_batch_every_group_ends_regraded_or_failed_naming_it(two_workers: Cluster) -> None:
+def test_a_worker_killed_mid_batch_every_group_ends_regraded_or_failed_naming_it(
+    two_workers: Cluster,
+) -> None:
     results, victim = grade_losing(two_workers, "kill")
     tally = counts(results)
     print(f"\nnode-loss run (docker kill {victim.ip}, 1 retry): {tally}")
@@ -250,7 +250,9 @@ def test_a_repository_a_node_cannot_read_fails_its_group_with_the_reason(
     (other / "src" / "README").write_text("another tree\n")
     subprocess.run([*git, "add", "README"], check=True)
     subprocess.run([*git, "commit", "-qm", "another"], check=True)
-    subprocess.run([*git, "bundle", "create", str(other / "other.bundle"), "HEAD"], check=True, capture_output=True)
+    subprocess.run(
+        [*git, "bundle", "create", str(other / "other.bundle"), "HEAD"], check=True, capture_output=True
+    )
     (other / "src" / "README").unlink()
     subprocess.run(["rm", "-rf", str(other / "src")], check=True)
     two_workers.put_repositories(other)
@@ -272,5 +274,3 @@ def test_a_repository_a_node_cannot_read_fails_its_group_with_the_reason(
         assert r.advantages_after == r.advantages_before
         assert not r.ranking
     print({gid: results[gid].reason for gid in ("absent", "driver-only", "other-tree")})
-
-

@@ -1,11 +1,11 @@
-"""A Ray cluster of containers on one Docker engine, for tests and benchmarks: head, workers, shared repositories.
+"""A Ray cluster of containers on one Docker engine, for tests and benchmarks: head, workers, shared repos.
 
-Every node is a container of the node image (`build_node_image`): the debootstrapped `gagar/debian-python` base
-with this checkout of gagar and the driver's Ray version pip-installed from PyPI at build time, cached by a
-content key (gagar's source and the Ray version; rebuilt only when one changes). The nodes sit on their own
-Docker network; the task repositories on a volume every node mounts at `REPOS`, as a shared filesystem would
-be in a real cluster. Worker nodes offer the custom resource `WORKER_RESOURCE`, so actors that ask for it
-never land on the head. The driver connects through the Ray Client port (`Cluster.address`, `ray://...`):
+Every node is a container of the node image (`build_node_image`): the debootstrapped `gagar/debian-python`
+base with this checkout of gagar and the driver's Ray version pip-installed from PyPI at build time, cached
+by a content key (gagar's source and the Ray version; rebuilt only when one changes). The nodes sit on their
+own Docker network; the task repositories on a volume every node mounts at `REPOS`, as a shared filesystem
+would be in a real cluster. Worker nodes offer the custom resource `WORKER_RESOURCE`, so actors that ask for
+it never land on the head. The driver connects through the Ray Client port (`Cluster.address`, `ray://...`):
 the base image's Python is 3.11 like the host's but another patch release, which a Ray Client accepts and
 a driver joining as a node does not.
 
@@ -27,11 +27,12 @@ import sys
 import tarfile
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from grader.filelock import file_lock
 from grader.sandbox.images import HASH_LABEL
@@ -75,7 +76,9 @@ def _source_files() -> list[Path]:
             files.append(path)
         elif path.is_dir():
             files += sorted(
-                p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+                p
+                for p in path.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
             )
     return files
 
@@ -144,8 +147,11 @@ def build_node_image(progress: Callable[[str], None] | None = None, timeout: flo
             ca = Path("/etc/ssl/certs/ca-certificates.crt")
             (Path(context) / "host-ca.crt").write_bytes(ca.read_bytes() if ca.exists() else b"")
             cert = "PIP_CERT=/tmp/host-ca.crt" if ca.exists() else ""
-            requirements = " ".join(shlex.quote(r) for r in [f"ray[client]=={_ray_version()}", *_dependencies()])
-            pip = "pip3 install --no-cache-dir --break-system-packages --root-user-action=ignore --progress-bar off"
+            requirements = " ".join(
+                shlex.quote(r) for r in [f"ray[client]=={_ray_version()}", *_dependencies()]
+            )
+            pip = "pip3 install --no-cache-dir --break-system-packages --root-user-action=ignore"
+            pip += " --progress-bar off"
             (Path(context) / "Dockerfile").write_text(
                 f"FROM {BASE_IMAGE}\n"
                 "COPY host-ca.crt /tmp/host-ca.crt\n"
@@ -248,14 +254,18 @@ class Cluster:
         return node
 
     def memory_peaks(self) -> dict[str, int]:
-        """Each running node's peak memory in bytes (cgroup `memory.peak`, else `memory.max_usage_in_bytes`)."""
+        """Each running node's peak memory in bytes (cgroup v2 `memory.peak`, else v1's max usage)."""
         peaks = {}
         for node in [self.head, *self.workers]:
             if not _running(node):
                 continue
             code, out = node.container.exec_run(
-                ["sh", "-c", "cat /sys/fs/cgroup/memory.peak 2>/dev/null || "
-                 "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes"]  # fmt: skip
+                [
+                    "sh",
+                    "-c",
+                    "cat /sys/fs/cgroup/memory.peak 2>/dev/null || "
+                    "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes",
+                ]
             )
             with contextlib.suppress(ValueError):
                 peaks[node.name] = int(out.decode().strip()) if code == 0 else -1
@@ -327,8 +337,12 @@ def _start_node(cluster: Cluster, role: str, cpus: int) -> Node:
 
 def _ray_status(cluster: Cluster) -> tuple[int, str]:
     code, out = cluster.head.container.exec_run(
-        ["python3", "-c", "import ray; ray.init(address='auto', logging_level='ERROR');"
-         "print(sum(1 for n in ray.nodes() if n['Alive']))"]  # fmt: skip
+        [
+            "python3",
+            "-c",
+            "import ray; ray.init(address='auto', logging_level='ERROR');"
+            "print(sum(1 for n in ray.nodes() if n['Alive']))",
+        ]
     )
     return code, out.decode(errors="replace")
 
