@@ -76,7 +76,7 @@ def on_cluster(groups: int, workers: int) -> tuple[dict[str, float], dict[str, i
     cluster = start_cluster(workers=workers, cpus_per_worker=2)
     try:
         cluster.put_repositories(EXAMPLE.parent)
-        ray.init(address=cluster.address, logging_level="ERROR")
+        cluster.connect()
         remote = RayGrader(actors=2 * workers, per_actor=2, actor_options=cluster.actor_options)
         remote.grade(copies(WARMUP, f"{REPOS}/inventory.bundle"))
         began = time.monotonic()

@@ -77,7 +77,7 @@ def cluster() -> Iterator[Cluster]:
     running = start_cluster(workers=2)
     try:
         running.put_repositories(EXAMPLE_GROUP.parent)
-        ray.init(address=running.address, logging_level="ERROR")
+        running.connect()
         yield running
     finally:
         ray.shutdown()
@@ -271,6 +271,7 @@ def test_a_repository_a_node_cannot_read_fails_its_group_with_the_reason(
         r = results[gid]
         assert r.status == "failed", (gid, r.status, r.reason)
         assert needle in r.reason and r.reason, (gid, r.reason)
+        assert any(f"(on {w.ip} " in r.reason for w in two_workers.workers), r.reason  # names the node
         assert r.advantages_after == r.advantages_before
         assert not r.ranking
     print({gid: results[gid].reason for gid in ("absent", "driver-only", "other-tree")})

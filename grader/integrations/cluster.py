@@ -223,6 +223,27 @@ class Cluster:
     def actor_options(self) -> dict[str, Any]:
         return {"resources": {WORKER_RESOURCE: 1}, "scheduling_strategy": "SPREAD"}
 
+    def connect(self, attempts: int = 3) -> None:
+        """`ray.init(address=self.address)`, tried again when the head's Ray Client server fails to start.
+
+        On a loaded machine the per-driver server the head starts for each client sometimes dies on the way
+        up ("Starting Ray client server failed"); a second connection gets a fresh one.
+
+        Raises:
+            ConnectionError: every attempt failed (the last error is chained).
+        """
+        import ray
+
+        for attempt in range(attempts):
+            try:
+                ray.init(address=self.address, logging_level="ERROR")
+                return
+            except ConnectionError as exc:  # ConnectionAbortedError is one
+                ray.shutdown()
+                if attempt + 1 == attempts:
+                    raise ConnectionError(f"cannot connect to {self.address}: {exc}") from exc
+                time.sleep(2.0)
+
     def put_repositories(self, folder: Path) -> None:
         """Copy `folder`'s contents into the shared volume at `REPOS` (through the head, which mounts it)."""
         buffer = io.BytesIO()
