@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -223,26 +224,49 @@ class Cluster:
     def actor_options(self) -> dict[str, Any]:
         return {"resources": {WORKER_RESOURCE: 1}, "scheduling_strategy": "SPREAD"}
 
-    def connect(self, attempts: int = 3) -> None:
-        """`ray.init(address=self.address)`, tried again when the head's Ray Client server fails to start.
+    def connect(self, attempts: int = 3, timeout: float = 120.0) -> None:
+        """`ray.init(address=self.address)` in this process, once a throwaway connection has worked.
 
-        On a loaded machine the per-driver server the head starts for each client sometimes dies on the way
-        up ("Starting Ray client server failed"); a second connection gets a fresh one.
+        On a loaded machine the per-driver server the head starts for a Ray Client sometimes dies on the way
+        up ("Starting Ray client server failed"), and Ray's client then hangs closing its half-open stream.
+        So a connection is first tried in a child process (killed after `timeout`), up to `attempts` times,
+        and the real one is made in a thread given `timeout` seconds: a failure is an error, never a hang.
 
         Raises:
-            ConnectionError: every attempt failed (the last error is chained).
+            ClusterError: no trial connection worked, or the real one failed or did not finish in time.
         """
         import ray
 
-        for attempt in range(attempts):
+        probe = f"import ray; ray.init(address={self.address!r}, logging_level='ERROR'); ray.shutdown()"
+        last = ""
+        for _ in range(attempts):
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-c", probe], capture_output=True, text=True, timeout=timeout
+                )
+            except subprocess.TimeoutExpired:
+                last = f"a trial connection took more than {timeout:g}s"
+                continue
+            if done.returncode == 0:
+                break
+            last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        else:
+            raise ClusterError(f"cannot connect to {self.address}: {last}")
+        failure: list[BaseException] = []
+
+        def init() -> None:
             try:
                 ray.init(address=self.address, logging_level="ERROR")
-                return
-            except ConnectionError as exc:  # ConnectionAbortedError is one
-                ray.shutdown()
-                if attempt + 1 == attempts:
-                    raise ConnectionError(f"cannot connect to {self.address}: {exc}") from exc
-                time.sleep(2.0)
+            except BaseException as exc:  # handed to the caller below
+                failure.append(exc)
+
+        thread = threading.Thread(target=init, name="gagar-ray-connect", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            raise ClusterError(f"connecting to {self.address} did not finish in {timeout:g}s")
+        if failure:
+            raise ClusterError(f"cannot connect to {self.address}: {failure[0]}") from failure[0]
 
     def put_repositories(self, folder: Path) -> None:
         """Copy `folder`'s contents into the shared volume at `REPOS` (through the head, which mounts it)."""

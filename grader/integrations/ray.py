@@ -1,8 +1,9 @@
 """Grading across machines with Ray: groups spread over actors, results streamed back as they finish.
 
 Each actor builds its own grader and keeps its own mirror cache and sandboxes, so actors share nothing but
-the code. A group whose actor dies is retried on another actor, then fails with the reason; a deadline
-bounds how long the trainer waits: groups not done by then pass through unchanged. Needs `gagar[ray]`.
+the code. A group whose actor dies (or whose node goes away) is retried on a fresh actor, then fails with a
+reason naming the node; a deadline bounds how long the trainer waits: groups not done by then pass through
+unchanged. Needs `gagar[ray]`; running on a multi-node cluster: docs/ray-cluster.md.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ class RayGrader:
     `actors` actors each run up to `per_actor` groups at once. `retries` is how many more actors a group
     whose actor died is tried on. `deadline` (seconds from the start of a call) stops waiting: unfinished
     groups come back as `failed` with their advantages unchanged.
+
+    A lost actor (its process, or its whole node, gone) is replaced by a new one, which Ray places on a node
+    still there; the groups it held are tried again, and a group out of retries fails with a reason naming
+    the node it was lost on. A result carries `details["ray"]`: the node that graded it and which attempt it
+    was; a group that fails on its node (a repository missing there) says which node in its reason.
     """
 
     def __init__(
@@ -106,7 +112,8 @@ class RayGrader:
         self._remote = ray.remote(_GradingActor).options(
             max_concurrency=self.per_actor, num_cpus=0, **(actor_options or {})
         )
-        self._where: list[Any] = []
+        self._where: list[Any] = []  # per actor: the reference to its answer to `where()`
+        self._nodes: dict[int, str] = {}  # per actor: that answer, once read
         self._actors: list[Any] = [self._spawn() for _ in range(max(1, actors))]
         self._alive = [True] * len(self._actors)
 
@@ -117,11 +124,16 @@ class RayGrader:
         return actor
 
     def _node_of(self, actor: int) -> str:
-        """Where actor `actor` ran, as it said when it started; "an unknown node" if it never said."""
-        try:
-            return str(ray.get(self._where[actor], timeout=WHERE_TIMEOUT))
-        except Exception:  # the actor died before it answered, or the runtime cannot say
-            return "an unknown node"
+        """Where actor `actor` ran, as it said when it started; "an unknown node" if it never said.
+
+        Asked once per actor (at most `WHERE_TIMEOUT` seconds): the groups of one lost node cost one wait.
+        """
+        if actor not in self._nodes:
+            try:
+                self._nodes[actor] = str(ray.get(self._where[actor], timeout=WHERE_TIMEOUT))
+            except Exception:  # the actor died before it answered, or the runtime cannot say
+                self._nodes[actor] = "an unknown node"
+        return self._nodes[actor]
 
     def _replace(self, actor: int, load: list[int]) -> None:
         """Mark `actor` dead and start a fresh one (Ray places it on a node that is still there)."""
