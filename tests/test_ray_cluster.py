@@ -275,3 +275,26 @@ def test_a_repository_a_node_cannot_read_fails_its_group_with_the_reason(
         assert r.advantages_after == r.advantages_before
         assert not r.ranking
     print({gid: results[gid].reason for gid in ("absent", "driver-only", "other-tree")})
+
+
+def test_a_dead_owners_cluster_network_and_volume_are_removed_a_live_ones_kept() -> None:
+    from grader.integrations.cluster import _labels, remove_leftover_clusters
+    from grader.sandbox.base import SandboxUnavailable
+    from grader.sandbox.docker import docker_client
+
+    try:
+        client = docker_client()
+    except SandboxUnavailable as exc:
+        pytest.skip(f"no Docker engine: {exc}")
+    dead = {k: v for k, v in _labels().items() if k != "gagar.start"}
+    dead["gagar.pid"] = "999999999"  # no such process: its owner is gone
+    tag = os.urandom(4).hex()
+    network = client.networks.create(f"gagar-ray-{tag}", labels=dead, internal=True)
+    volume = client.volumes.create(name=f"gagar-ray-{tag}-repos", labels=dead)
+    live = client.volumes.create(name=f"gagar-ray-{tag}-live", labels=_labels())
+    try:
+        removed = remove_leftover_clusters(client)
+        assert {network.name, volume.name} <= set(removed) and live.name not in removed
+        assert [v.name for v in client.volumes.list(filters={"name": f"gagar-ray-{tag}"})] == [live.name]
+    finally:
+        live.remove()

@@ -407,6 +407,37 @@ def _wait_for_nodes(cluster: Cluster, workers: int, timeout: float = 120.0) -> N
     raise ClusterError(f"the cluster did not reach {workers} workers in {timeout:g}s: {out}\n{logs}")
 
 
+def remove_leftover_clusters(client: Any) -> list[str]:
+    """Remove the networks and volumes of clusters whose owner died without closing them.
+
+    Their containers are the sandbox reaper's (`grader.sandbox.leftovers`); removed here first, so that the
+    network and volume they held can go too.
+
+    Args:
+        client: a Docker client.
+    Returns:
+        The names of what was removed.
+    """
+    import docker.errors
+
+    from grader.sandbox.leftovers import owner_alive
+
+    removed = []
+    selector = {"label": f"{LABEL}=1", "name": "gagar-ray-"}
+    for container in client.containers.list(all=True, filters=selector):
+        if not owner_alive(container.labels or {}):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                container.remove(force=True)
+                removed.append(container.name)
+    for thing in [*client.networks.list(filters=selector), *client.volumes.list(filters=selector)]:
+        labels = thing.attrs.get("Labels") or {}
+        if thing.name.startswith("gagar-ray-") and not owner_alive(labels):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                thing.remove()
+                removed.append(thing.name)
+    return removed
+
+
 def start_cluster(workers: int = 2, cpus_per_worker: int = 1) -> Cluster:
     """Start a head and `workers` worker nodes on a new network, with a new repositories volume.
 
@@ -422,6 +453,7 @@ def start_cluster(workers: int = 2, cpus_per_worker: int = 1) -> Cluster:
     from grader.sandbox.docker import docker_client
 
     client = docker_client()
+    remove_leftover_clusters(client)
     if _image_label(NODE_IMAGE) is None:
         raise ClusterError(f"{NODE_IMAGE} is missing: build it with build_node_image()")
     name = f"gagar-ray-{secrets.token_hex(4)}"
@@ -453,6 +485,7 @@ __all__ = [
     "Node",
     "build_node_image",
     "node_image_key",
+    "remove_leftover_clusters",
     "start_cluster",
     "terminal_progress",
 ]
