@@ -8,6 +8,7 @@ unchanged. Needs `gagar[ray]`; running on a multi-node cluster: docs/ray-cluster
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -135,6 +136,15 @@ class RayGrader:
                 self._nodes[actor] = "an unknown node"
         return self._nodes[actor]
 
+    def _note_nodes(self) -> None:
+        """Read the nodes of the actors that have answered `where()` since the last look (never waits)."""
+        unread = {self._where[i]: i for i in range(len(self._where)) if i not in self._nodes}
+        if unread:
+            ready, _ = ray.wait(list(unread), num_returns=len(unread), timeout=0)
+            for ref in ready:
+                with contextlib.suppress(Exception):  # a dead actor's answer: asked again when needed
+                    self._nodes[unread[ref]] = str(ray.get(ref, timeout=0))
+
     def _replace(self, actor: int, load: list[int]) -> None:
         """Mark `actor` dead and start a fresh one (Ray places it on a node that is still there)."""
         if self._alive[actor]:
@@ -217,7 +227,10 @@ class RayGrader:
                     yield job.index, passthrough(job.group, self.name, reason, Outcome.DISTRIBUTED)
                 else:
                     result.details.setdefault("ray", {})["attempts"] = job.attempts + 1
+                    # Its node, known without asking: the reason for a group lost with it will need it.
+                    self._nodes.setdefault(job.actor, str(result.details["ray"].get("node", "")))
                     yield job.index, result
+            self._note_nodes()
         late = [(job.index, job.group) for job in pending.values()] + [(i, g) for i, g, _ in queue]
         for ref in pending:
             ray.cancel(ref)
