@@ -31,6 +31,10 @@ STOP_POLL = 0.1
 """Seconds between looks at the `stop` event while waiting for results."""
 WHERE_TIMEOUT = 2.0
 """Seconds to wait for a dead actor's node name when writing the reason of a group it lost."""
+SPAWN_WAIT = 10.0
+"""Seconds to wait for a replacement actor to start (and say its node) before grading goes on without it."""
+REPLACE_TRIES = 3
+"""Replacement actors started for one lost actor when they keep dying on the way up."""
 LOST = (
     ray.exceptions.RayActorError,
     ray.exceptions.WorkerCrashedError,
@@ -145,13 +149,28 @@ class RayGrader:
                 with contextlib.suppress(Exception):  # a dead actor's answer: asked again when needed
                     self._nodes[unread[ref]] = str(ray.get(ref, timeout=0))
 
-    def _replace(self, actor: int, load: list[int]) -> None:
-        """Mark `actor` dead and start a fresh one (Ray places it on a node that is still there)."""
-        if self._alive[actor]:
-            self._alive[actor] = False
+    def _replace(self, actor: int, load: list[int], wait: float) -> None:
+        """Mark `actor` dead and start a fresh one; wait up to `wait` seconds for it to say where it runs.
+
+        Ray may place the new actor on the very node being lost (its death reaches the driver before the
+        head gives the node up); such an actor dies on the way up and another is started (a few times at
+        most). An actor that has said where it runs can have its lost groups name their node.
+        """
+        if not self._alive[actor]:
+            return
+        self._alive[actor] = False
+        for _ in range(REPLACE_TRIES):
             self._actors.append(self._spawn())
             self._alive.append(True)
             load.append(0)
+            new = len(self._actors) - 1
+            try:
+                self._nodes[new] = str(ray.get(self._where[new], timeout=max(0.0, wait)))
+                return
+            except LOST:  # started on the lost node and died with it: try again
+                self._alive[new] = False
+            except Exception:  # not up within `wait`: use it anyway, its node is read when it answers
+                return
 
     def _least_loaded(self, load: list[int]) -> int:
         live = [i for i, alive in enumerate(self._alive) if alive]
@@ -212,7 +231,8 @@ class RayGrader:
                     result = GroupResult.model_validate(ray.get(ref))
                 except LOST as exc:
                     node = self._node_of(job.actor)
-                    self._replace(job.actor, load)
+                    left = None if self.deadline is None else self.deadline - (time.monotonic() - start)
+                    self._replace(job.actor, load, SPAWN_WAIT if left is None else min(SPAWN_WAIT, left))
                     if job.attempts < self.retries:
                         queue.append((job.index, job.group, job.attempts + 1))
                     else:
