@@ -197,7 +197,8 @@ def test_without_retries_the_lost_nodes_groups_fail_naming_it(two_workers: Clust
     print(f"\nnode-loss run (docker kill {victim.ip}, no retry): {tally}")
     assert tally.get("failed/actor_died", 0) >= 1 and tally["regraded"] == 0, tally
     failed = [r for r in results if r.status == "failed"]
-    assert all(f"the last on {victim.ip} " in r.reason for r in failed), failed[0].reason
+    # Named as the actor's node, or, for an actor placed there as it died, among the nodes lost so far.
+    assert all(victim.ip in r.reason for r in failed), [r.reason for r in failed]
 
 
 def test_a_worker_cut_off_then_back_every_group_ends_regraded_or_failed(two_workers: Cluster) -> None:

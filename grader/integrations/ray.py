@@ -69,6 +69,15 @@ class _GradingActor:
         return True
 
 
+def _unknown_node() -> str:
+    """For an actor that never said where it ran: the nodes the cluster has lost so far, which it names."""
+    try:
+        lost = sorted({str(n.get("NodeManagerAddress")) for n in ray.nodes() if not n.get("Alive")})
+    except Exception:  # the runtime cannot say either
+        lost = []
+    return f"an actor's unknown node (nodes lost so far: {', '.join(lost)})" if lost else "an unknown node"
+
+
 @dataclass
 class _Pending:
     index: int
@@ -136,8 +145,8 @@ class RayGrader:
         if actor not in self._nodes:
             try:
                 self._nodes[actor] = str(ray.get(self._where[actor], timeout=WHERE_TIMEOUT))
-            except Exception:  # the actor died before it answered, or the runtime cannot say
-                self._nodes[actor] = "an unknown node"
+            except Exception:  # the actor died before it answered (placed on a node being lost, say)
+                self._nodes[actor] = _unknown_node()
         return self._nodes[actor]
 
     def _note_nodes(self) -> None:
@@ -145,9 +154,9 @@ class RayGrader:
         unread = {self._where[i]: i for i in range(len(self._where)) if i not in self._nodes}
         if unread:
             ready, _ = ray.wait(list(unread), num_returns=len(unread), timeout=0)
-            for ref in ready:
-                with contextlib.suppress(Exception):  # a dead actor's answer: asked again when needed
-                    self._nodes[unread[ref]] = str(ray.get(ref, timeout=0))
+            with contextlib.suppress(Exception):  # a dead actor's answer among them: asked again when needed
+                for ref, node in zip(ready, ray.get(ready), strict=True):
+                    self._nodes[unread[ref]] = str(node)
 
     def _replace(self, actor: int, load: list[int], wait: float) -> None:
         """Mark `actor` dead and start a fresh one; wait up to `wait` seconds for it to say where it runs.
