@@ -106,6 +106,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "integrations.tensors",
             "integrations.weights",
             "integrations.ray",
+            "integrations.cluster",
             "integrations.verl",
             "integrations.verl_plugin",
             "integrations.trl",
