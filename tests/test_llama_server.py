@@ -153,12 +153,16 @@ def test_a_server_restarting_mid_grading_is_retried(llama_server: LlamaServer, t
 
     worker = threading.Thread(target=run)
     worker.start()
-    transcript = tmp_path / "inventory-average-empty.jsonl"
+
+    # A transcript is written to a hidden `.NAME.<random>.tmp` beside its place and put there when the grading
+    # ends (grader.atomic): wait for the first response in that file, so the restart falls mid-grading.
+    def written() -> str:
+        return "".join(p.read_text() for p in tmp_path.glob(".inventory-average-empty.jsonl.*.tmp"))
+
     deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and '"response"' not in (
-        transcript.read_text() if transcript.exists() else ""
-    ):
+    while time.monotonic() < deadline and '"response"' not in written():
         time.sleep(0.2)
+    assert worker.is_alive(), "the grading ended before the server could be restarted under it"
     llama_server.stop()  # by PID and process group, as a crash or a redeploy would
     llama_server.start()  # same port, empty cache
     worker.join(600)

@@ -55,10 +55,9 @@ class _GradingActor:
         # Anything the grader raises (SystemExit included) fails the group, never the actor.
         group = Group.model_validate(group_data)
         result = grade_group_contained(group, self.grader, self.options)
-        where = self.where()
-        result.details["ray"] = {"node": where}
-        if result.status == "failed":  # a repository one node lacks: the reason says which node
-            result.reason = f"{result.reason} (on {where})"
+        # Where it ran goes beside the result, not into its reason: a group's result is the same in-process
+        # and through Ray (a repository one node lacks is told by the reason plus this node).
+        result.details["ray"] = {"node": self.where()}
         return result.model_dump(mode="json")
 
     def where(self) -> str:
