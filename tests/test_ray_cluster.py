@@ -233,7 +233,7 @@ def test_deadline_holds_while_a_node_is_gone(two_workers: Cluster) -> None:
     assert late, step.group_reasons
     for row, weight, outcome, reason in zip(rows, step.weights, step.outcomes, step.reasons, strict=True):
         if row["group_id"] in late:
-            assert weight == 1.0 and outcome == "late" and "3s deadline" in reason
+            assert weight == 1.0 and outcome is Outcome.DEADLINE and "3s deadline" in reason
     assert np.all(np.isfinite(step.weights))
     grading.close()
     remote.shutdown()
@@ -272,7 +272,9 @@ def test_a_repository_a_node_cannot_read_fails_its_group_with_the_reason(
         r = results[gid]
         assert r.status == "failed", (gid, r.status, r.reason)
         assert needle in r.reason and r.reason, (gid, r.reason)
-        node = r.details["ray"]["node"]  # where it failed, beside the reason (which in-process would give too)
+        node = r.details["ray"][
+            "node"
+        ]  # where it failed, beside the reason (which in-process would give too)
         assert any(node.startswith(f"{w.ip} ") for w in two_workers.workers), node
         assert r.advantages_after == r.advantages_before
         assert not r.ranking
