@@ -95,7 +95,8 @@ def grade_with_defaults(
     """`gagar grade` of the bundled example with the LLM grader's default options (the wall budget aside:
     `WALL_SECONDS`) against a real server, as a user runs it; returns what it printed, the group's result and
     its transcript's events. Asserts the grading ended as a grading may: a validated ranking, or a failure on
-    a budget or the ranking's validation, never on the endpoint (the group passed through unchanged)."""
+    a budget, the ranking's validation or the server refusing the model's own tool call, never on the
+    transport (the group passed through unchanged)."""
     proc = run_gagar(
         "grade",
         str(EXAMPLE_GROUP),
@@ -120,6 +121,10 @@ def grade_with_defaults(
         assert sorted(t for tier in result.ranking for t in tier) == sorted(result.weights)
     else:
         assert result.status == "failed", result.reason
-        assert "budget" in result.reason or "ranking" in result.reason, result.reason
+        # A budget or the ranking's validation; or the server refusing what the model itself wrote
+        # (llama-server answers HTTP 500 when a 270M model's tool call is not JSON, on every retry): never the
+        # transport.
+        model_output = "Failed to parse tool call" in result.reason
+        assert "budget" in result.reason or "ranking" in result.reason or model_output, result.reason
         assert result.advantages_after == result.advantages_before
     return proc.stdout, result, read_transcript(Path(result.transcript))

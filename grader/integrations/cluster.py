@@ -35,6 +35,7 @@ from typing import Any
 
 import tomllib
 
+from grader.errors import GagarError
 from grader.filelock import file_lock
 from grader.sandbox.images import HASH_LABEL
 from grader.sandbox.leftovers import LABEL, LABEL_CREATED, LABEL_EXPIRES, owner_labels
@@ -59,7 +60,7 @@ _HEAD_ENV = {
 }
 
 
-class ClusterError(RuntimeError):
+class ClusterError(GagarError, RuntimeError):
     """The node image could not be built or the cluster did not come up (the message says which and why)."""
 
 
@@ -269,7 +270,11 @@ class Cluster:
             raise ClusterError(f"cannot connect to {self.address}: {failure[0]}") from failure[0]
 
     def put_repositories(self, folder: Path) -> None:
-        """Copy `folder`'s contents into the shared volume at `REPOS` (through the head, which mounts it)."""
+        """Copy `folder`'s contents into the shared volume at `REPOS` (through the head, which mounts it).
+
+        Raises:
+            ClusterError: the engine refused the copy.
+        """
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             for child in sorted(folder.iterdir()):
