@@ -66,7 +66,6 @@ class _Hunk:
     new_start: int
     old: list[str] = field(default_factory=list)
     new: list[str] = field(default_factory=list)
-    leading: int = 0
     trailing: int = 0
 
 
@@ -156,7 +155,6 @@ def _read_hunk(lines: list[str], at: int, header: re.Match[str]) -> tuple[_Hunk,
             at += 1
     if "+" not in kinds and "-" not in kinds:
         raise Declined(f"hunk {header.group(0)!r} changes no line (git: corrupt patch)")
-    hunk.leading = next((i for i, k in enumerate(kinds) if k != " "), len(kinds))
     hunk.trailing = next((i for i, k in enumerate(reversed(kinds)) if k != " "), len(kinds))
     return hunk, at
 
