@@ -452,15 +452,19 @@ def _dedupe(candidates: Iterable[Candidate]) -> tuple[list[Candidate], int]:
     return kept, flaky
 
 
-def verification_groups(recipe: Recipe) -> dict[str, tuple[list[Candidate], list[Candidate]]]:
-    """Instance -> (resolved, unresolved) distinct candidates, for every instance with at least one of
-    each."""
+def _distinct_by_instance(recipe: Recipe) -> list[tuple[str, list[Candidate]]]:
+    """(instance, its distinct candidates as `_dedupe` keeps them), by instance id."""
     by_instance: dict[str, list[Candidate]] = {}
     for c in recipe.candidates:
         by_instance.setdefault(c.instance, []).append(c)
+    return [(instance, _dedupe(candidates)[0]) for instance, candidates in sorted(by_instance.items())]
+
+
+def verification_groups(recipe: Recipe) -> dict[str, tuple[list[Candidate], list[Candidate]]]:
+    """Instance -> (resolved, unresolved) distinct candidates, for every instance with at least one of
+    each."""
     groups = {}
-    for instance, candidates in sorted(by_instance.items()):
-        kept, _ = _dedupe(candidates)
+    for instance, kept in _distinct_by_instance(recipe):
         resolved = [c for c in kept if c.resolved]
         unresolved = [c for c in kept if not c.resolved]
         if resolved and unresolved:
@@ -505,12 +509,9 @@ def _write_verification(
 def preference_candidates(recipe: Recipe) -> dict[str, list[Candidate]]:
     """Instance -> its textually distinct resolved candidates (deduplicated as for verification), for every
     instance with two or more."""
-    by_instance: dict[str, list[Candidate]] = {}
-    for c in recipe.candidates:
-        by_instance.setdefault(c.instance, []).append(c)
     found = {}
-    for instance, candidates in sorted(by_instance.items()):
-        resolved = [c for c in _dedupe(candidates)[0] if c.resolved]
+    for instance, kept in _distinct_by_instance(recipe):
+        resolved = [c for c in kept if c.resolved]
         if len(resolved) >= 2:
             found[instance] = resolved
     return found
