@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -84,6 +85,34 @@ def replacing(path: Path | str, mode: int | None = None) -> Iterator[IO[str]]:
             raise OSError(exc.errno, _naming(exc, target)) from None
         raise
     _sync_folder(target.parent)
+
+
+# What `replacing` names its temporaries: mkstemp's 8 random characters between the target's name and ".tmp".
+_TEMPORARY = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")
+
+
+def remove_leftover_temporaries(folder: Path | str) -> list[Path]:
+    """Remove the hidden temporaries that killed writers left in `folder` and below; return them.
+
+    Only `replacing`'s own names (`.NAME.<8 random characters>.tmp`) are touched. Call it only while holding
+    the folder's exclusive lock (a run's `.lock`): a live writer's temporary would otherwise be removed from
+    under it, and its rename would then fail.
+
+    Args:
+        folder: the folder to sweep (a missing one holds nothing).
+
+    Returns:
+        The removed files, sorted.
+
+    Raises:
+        OSError: a temporary exists but cannot be removed (its path named).
+    """
+    removed = []
+    for path in sorted(Path(folder).rglob(".*.tmp")):
+        if path.is_file() and not path.is_symlink() and _TEMPORARY.fullmatch(path.name):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def _naming(exc: OSError, target: Path) -> str:

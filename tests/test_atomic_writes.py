@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.atomic import replacing, write_lines_atomic, write_text_atomic
+from grader.atomic import remove_leftover_temporaries, replacing, write_lines_atomic, write_text_atomic
 from grader.transcript import Transcript, read_transcript
 from tests.conftest import EXAMPLE_GROUP, REPO_ROOT
 
@@ -111,3 +111,29 @@ def test_a_transcript_replaces_the_previous_one_only_when_complete(tmp_path: Pat
     second.close()
     assert [e["n"] for e in read_transcript(path)] == [2]
     assert [p.name for p in path.parent.iterdir()] == ["g.jsonl"]
+
+
+def test_a_killed_writers_temporary_is_swept_and_nothing_else(tmp_path: Path) -> None:
+    (tmp_path / "records").mkdir()
+    writer = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "import sys, time\n"
+            "from grader.atomic import replacing\n"
+            "with replacing(sys.argv[1]) as handle:\n"
+            "    handle.write('half'); handle.flush(); print('writing', flush=True); time.sleep(60)\n",
+            str(tmp_path / "records" / "2.json"),
+        ],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+    writer.kill()
+    writer.wait()
+    left = list((tmp_path / "records").glob(".2.json.*.tmp"))
+    assert len(left) == 1 and not (tmp_path / "records" / "2.json").exists()
+    kept = [tmp_path / ".keep.tmp", tmp_path / "notes.tmp", tmp_path / "records" / "1.json"]
+    for path in kept:
+        path.write_text("mine")
+    assert remove_leftover_temporaries(tmp_path) == left
+    assert not left[0].exists() and all(p.read_text() == "mine" for p in kept)
+    assert remove_leftover_temporaries(tmp_path / "absent") == []

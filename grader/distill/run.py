@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.atomic import write_text_atomic
+from grader.atomic import remove_leftover_temporaries, write_text_atomic
 from grader.concurrency import Concurrency, default_resources
 from grader.distill import sft
 from grader.distill.augment import AugmentationRefused, relabel
@@ -791,6 +791,9 @@ def distill(
     references = load_references(reference)
     header, tools = run_header(teacher, config, reference, benchmarks)
     with _run_lock(out):
+        # A killed run can leave a half-written record's temporary; nothing reads it, but the folder should
+        # hold what an uninterrupted run leaves.
+        remove_leftover_temporaries(out)
         check_resume(out, header, notify)
         work = plan(inputs, references, benchmarks, out, config.samples)
         for message in work.damaged:
