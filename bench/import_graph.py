@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "lazy",
             "outcomes",
             "atomic",
+            "cachedirs",
             "safenames",
             "terminal",
             "jsontext",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from grader.cachedirs import machine_cache
 from grader.errors import GagarError
 from grader.filelock import file_lock
 from grader.prompts import chat_template_path
@@ -55,7 +56,8 @@ class BuildUnavailable(GagarError, RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("GAGAR_SERVER_CACHE") or Path.home() / ".cache" / "gagar")
+    """`$GAGAR_SERVER_CACHE`, else the machine cache (`grader.cachedirs`): a build serves every run."""
+    return Path(os.environ.get("GAGAR_SERVER_CACHE") or machine_cache())
 
 
 def binary_key() -> str:

@@ -10,18 +10,14 @@ import os
 import shutil
 from pathlib import Path
 
+from grader.cachedirs import data_cache
 from grader.filelock import file_lock
 from grader.gitcmd import GitError, git
-
-ENV_CACHE_DIR = "GAGAR_CACHE"
 
 
 def default_cache_dir() -> Path:
     """`$GAGAR_CACHE/mirrors`, else `$XDG_CACHE_HOME/gagar/mirrors`, else `~/.cache/gagar/mirrors`."""
-    if root := os.environ.get(ENV_CACHE_DIR):
-        return Path(root) / "mirrors"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "gagar" / "mirrors"
+    return data_cache() / "mirrors"
 
 
 def is_url(repo: str) -> bool:

@@ -35,6 +35,7 @@ from typing import Any
 
 import tomllib
 
+from grader.cachedirs import machine_cache
 from grader.errors import GagarError
 from grader.filelock import file_lock
 from grader.sandbox.images import HASH_LABEL
@@ -134,7 +135,7 @@ def build_node_image(progress: Callable[[str], None] | None = None, timeout: flo
     Raises:
         ClusterError: no base image, or the build failed (the last lines of its output say why).
     """
-    lock = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gagar" / "ray-node.lock"
+    lock = machine_cache() / "ray-node.lock"
     with file_lock(lock):
         key = node_image_key()
         if _image_label(NODE_IMAGE) == key:

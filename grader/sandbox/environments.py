@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from grader.cachedirs import machine_cache
 from grader.errors import EnvironmentBuildError, ImageBuildError
 from grader.filelock import file_lock
 from grader.sandbox.images import HASH_LABEL, build_interpreter_image, image_hash
@@ -122,7 +123,7 @@ class EnvironmentImage:
 
 def environments_cache() -> Path:
     """Where build logs and locks live: `$XDG_CACHE_HOME/gagar/environments` (default `~/.cache/...`)."""
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gagar" / "environments"
+    root = machine_cache() / "environments"
     (root / "logs").mkdir(parents=True, exist_ok=True)
     return root
 

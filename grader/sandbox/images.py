@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.cachedirs import machine_cache
 from grader.errors import ImageBuildError
 from grader.filelock import file_lock
 from grader.sandbox.interpreters import Interpreter
@@ -382,8 +383,6 @@ def build_interpreter_image(
 
 
 def _cache_root(cache_dir: Path | None) -> Path:
-    root = (
-        cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gagar" / "debootstrap"
-    )
+    root = cache_dir or machine_cache() / "debootstrap"
     root.mkdir(parents=True, exist_ok=True)
     return root

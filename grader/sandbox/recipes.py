@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import os
 import re
 import shlex
 import subprocess
@@ -24,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from grader.cachedirs import machine_cache
 from grader.errors import GagarError
 
 SWEBENCH_VERSION = "4.1.0"
@@ -154,7 +154,7 @@ class SpecTables:
 
 
 def _cache_dir() -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gagar" / "swebench"
+    root = machine_cache() / "swebench"
     root.mkdir(parents=True, exist_ok=True)
     return root
 
