@@ -263,8 +263,9 @@ def test_an_unprepared_recipe_says_so_and_gives_the_command(
     assert code == 2 and "gagar bench prepare tiny-recipe" in capsys.readouterr().err
 
 
-def test_the_committed_swebench_lite_recipe_is_pointers_only() -> None:
-    folder = REPO_ROOT / "benchmarks" / "swebench-lite"
+@pytest.mark.parametrize("name", ["swebench-lite", "swebench-lite-large"])
+def test_the_committed_swebench_lite_recipes_are_pointers_only(name: str) -> None:
+    folder = REPO_ROOT / "benchmarks" / name
     recipe = load_recipe(folder)
     from grader.evaluation.prepare import verification_groups
 
@@ -276,6 +277,37 @@ def test_the_committed_swebench_lite_recipe_is_pointers_only() -> None:
         if path.is_file():
             text = path.read_text(encoding="utf-8")
             assert "diff --git" not in text and "problem_statement" not in text, path
+
+
+def test_swebench_lite_and_its_large_rest_split_the_instances_as_the_generator_says() -> None:
+    """The published figures are over swebench-lite: it must hold none of the instances that could not be
+    prepared where they were made, and the two recipes together must be one benchmark (same runs, disjoint
+    instances, one split, each recipe's labels on its own instances)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_swebench_lite", REPO_ROOT / "benchmarks/tools/make_swebench_lite.py"
+    )
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    lite = load_recipe(REPO_ROOT / "benchmarks" / generator.NAME)
+    large = load_recipe(REPO_ROOT / "benchmarks" / generator.LARGE_NAME)
+    assert lite.manifest["runs"] == large.manifest["runs"] and lite.files == large.files
+    assert not set(lite.instances) & set(large.instances)
+    assert {i.repository for i in large.instances.values()} >= set(generator.LARGE_REPOSITORIES)
+    assert not {i.repository for i in lite.instances.values()} & set(generator.LARGE_REPOSITORIES)
+    assert set(generator.LARGE_INSTANCES) <= set(large.instances)
+    for recipe in (lite, large):
+        assert all(recipe.split[i] == generator.split_of(i) for i in recipe.instances)
+        for name in ("references.jsonl", "labels.jsonl"):
+            text = (recipe.root / name).read_text(encoding="utf-8")
+            groups = {json.loads(line)["group_id"] for line in text.splitlines() if line.strip()}
+            assert groups <= set(recipe.instances), (
+                recipe.name,
+                name,
+                sorted(groups - set(recipe.instances)),
+            )
 
 
 def test_the_llm_grader_mode_for_a_verification_track_drops_the_all_pass_claim(sources: dict) -> None:
