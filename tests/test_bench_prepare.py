@@ -373,5 +373,27 @@ def test_a_prepared_track_is_refused_as_distillation_input(sources: dict) -> Non
     prepare(load_recipe(sources["recipe"]), SourceLocator(roots=[sources["root"]]))
     folders = benchmark_folders([], [prepared_root()])
     assert prepared_root() / "tiny-recipe" / "verification" in folders
-    group = load_benchmark(resolve_bench(str(sources["recipe"]), "verification")).groups["acme__widget-1"]
-    assert "is in the benchmark" in (load_benchmarks(folders).refusal(group) or "")
+    groups = load_benchmark(resolve_bench(str(sources["recipe"]), "verification")).groups
+    # widget-2 is in the test split: refused. widget-1 is dev, where a grader is tuned and taught: free.
+    assert "is in the benchmark" in (load_benchmarks(folders).refusal(groups["acme__widget-2"]) or "")
+    assert load_benchmarks(folders).refusal(groups["acme__widget-1"]) is None
+
+
+def test_the_dev_references_of_a_prepared_track_distill_the_dev_groups_only(
+    sources: dict, tmp_path: Path
+) -> None:
+    """`gagar distill GROUPS --reference references.dev.jsonl` on a prepared track: the plan keeps the dev
+    groups and leaves the test ones out (no reference there, and refused as benchmark groups)."""
+    from grader.distill.benchmarks import benchmark_folders, load_benchmarks
+    from grader.distill.run import plan
+    from grader.references import load_references
+
+    prepare(load_recipe(sources["recipe"]), SourceLocator(roots=[sources["root"]]))
+    track = prepared_root() / "tiny-recipe" / "verification"
+    dev = load_references(track / "references.dev.jsonl")
+    assert set(dev) == {"acme__widget-1"}
+    assert set(load_references(track / "references.test.jsonl")) == {"acme__widget-2"}
+    benchmarks = load_benchmarks(benchmark_folders([], [prepared_root()]))
+    chosen = plan([track / "groups" / "verification.jsonl"], dev, benchmarks, tmp_path / "out", 1)
+    assert [g.group_id for g in chosen.groups] == ["acme__widget-1"]
+    assert chosen.left_out["acme__widget-2"]["status"] == "refused"
