@@ -52,7 +52,8 @@ EXAMPLES: dict[str, str] = {
   gagar bench check examples/benchmark-tiny --no-probes""",
     "bench prepare": """\
   gagar bench prepare swebench-lite --list-sources
-  gagar bench prepare swebench-lite --source-root ~/src --partial""",
+  gagar bench prepare swebench-lite --source-root ~/src
+  gagar bench prepare swebench-lite-large --source-root ~/src --partial""",
     "bench bundle": """\
   gagar bench bundle ~/src/project 0123456789abcdef0123456789abcdef01234567 \\
       --repository https://github.com/owner/project --out bundles/""",
@@ -78,7 +79,10 @@ EXAMPLES: dict[str, str] = {
   gagar simulate --out runs/simulation --steps 200 --seeds 3""",
     "distill": """\
   gagar distill groups.jsonl --reference references.jsonl --out sft/ --model teacher \\
-      --base-url http://localhost:8000/v1""",
+      --base-url http://localhost:8000/v1
+  gagar distill ~/.cache/gagar/benchmarks/swebench-lite/preference/groups/preference.jsonl \\
+      --reference ~/.cache/gagar/benchmarks/swebench-lite/preference/references.dev.jsonl \\
+      --out sft-dev/ --model teacher --base-url http://localhost:8000/v1""",
 }
 
 

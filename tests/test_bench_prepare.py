@@ -263,8 +263,9 @@ def test_an_unprepared_recipe_says_so_and_gives_the_command(
     assert code == 2 and "gagar bench prepare tiny-recipe" in capsys.readouterr().err
 
 
-def test_the_committed_swebench_lite_recipe_is_pointers_only() -> None:
-    folder = REPO_ROOT / "benchmarks" / "swebench-lite"
+@pytest.mark.parametrize("name", ["swebench-lite", "swebench-lite-large"])
+def test_the_committed_swebench_lite_recipes_are_pointers_only(name: str) -> None:
+    folder = REPO_ROOT / "benchmarks" / name
     recipe = load_recipe(folder)
     from grader.evaluation.prepare import verification_groups
 
@@ -276,6 +277,37 @@ def test_the_committed_swebench_lite_recipe_is_pointers_only() -> None:
         if path.is_file():
             text = path.read_text(encoding="utf-8")
             assert "diff --git" not in text and "problem_statement" not in text, path
+
+
+def test_swebench_lite_and_its_large_rest_split_the_instances_as_the_generator_says() -> None:
+    """The published figures are over swebench-lite: it must hold none of the instances that could not be
+    prepared where they were made, and the two recipes together must be one benchmark (same runs, disjoint
+    instances, one split, each recipe's labels on its own instances)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_swebench_lite", REPO_ROOT / "benchmarks/tools/make_swebench_lite.py"
+    )
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    lite = load_recipe(REPO_ROOT / "benchmarks" / generator.NAME)
+    large = load_recipe(REPO_ROOT / "benchmarks" / generator.LARGE_NAME)
+    assert lite.manifest["runs"] == large.manifest["runs"] and lite.files == large.files
+    assert not set(lite.instances) & set(large.instances)
+    assert {i.repository for i in large.instances.values()} >= set(generator.LARGE_REPOSITORIES)
+    assert not {i.repository for i in lite.instances.values()} & set(generator.LARGE_REPOSITORIES)
+    assert set(generator.LARGE_INSTANCES) <= set(large.instances)
+    for recipe in (lite, large):
+        assert all(recipe.split[i] == generator.split_of(i) for i in recipe.instances)
+        for name in ("references.jsonl", "labels.jsonl"):
+            text = (recipe.root / name).read_text(encoding="utf-8")
+            groups = {json.loads(line)["group_id"] for line in text.splitlines() if line.strip()}
+            assert groups <= set(recipe.instances), (
+                recipe.name,
+                name,
+                sorted(groups - set(recipe.instances)),
+            )
 
 
 def test_the_llm_grader_mode_for_a_verification_track_drops_the_all_pass_claim(sources: dict) -> None:
@@ -341,5 +373,27 @@ def test_a_prepared_track_is_refused_as_distillation_input(sources: dict) -> Non
     prepare(load_recipe(sources["recipe"]), SourceLocator(roots=[sources["root"]]))
     folders = benchmark_folders([], [prepared_root()])
     assert prepared_root() / "tiny-recipe" / "verification" in folders
-    group = load_benchmark(resolve_bench(str(sources["recipe"]), "verification")).groups["acme__widget-1"]
-    assert "is in the benchmark" in (load_benchmarks(folders).refusal(group) or "")
+    groups = load_benchmark(resolve_bench(str(sources["recipe"]), "verification")).groups
+    # widget-2 is in the test split: refused. widget-1 is dev, where a grader is tuned and taught: free.
+    assert "is in the benchmark" in (load_benchmarks(folders).refusal(groups["acme__widget-2"]) or "")
+    assert load_benchmarks(folders).refusal(groups["acme__widget-1"]) is None
+
+
+def test_the_dev_references_of_a_prepared_track_distill_the_dev_groups_only(
+    sources: dict, tmp_path: Path
+) -> None:
+    """`gagar distill GROUPS --reference references.dev.jsonl` on a prepared track: the plan keeps the dev
+    groups and leaves the test ones out (no reference there, and refused as benchmark groups)."""
+    from grader.distill.benchmarks import benchmark_folders, load_benchmarks
+    from grader.distill.run import plan
+    from grader.references import load_references
+
+    prepare(load_recipe(sources["recipe"]), SourceLocator(roots=[sources["root"]]))
+    track = prepared_root() / "tiny-recipe" / "verification"
+    dev = load_references(track / "references.dev.jsonl")
+    assert set(dev) == {"acme__widget-1"}
+    assert set(load_references(track / "references.test.jsonl")) == {"acme__widget-2"}
+    benchmarks = load_benchmarks(benchmark_folders([], [prepared_root()]))
+    chosen = plan([track / "groups" / "verification.jsonl"], dev, benchmarks, tmp_path / "out", 1)
+    assert [g.group_id for g in chosen.groups] == ["acme__widget-1"]
+    assert chosen.left_out["acme__widget-2"]["status"] == "refused"

@@ -196,8 +196,9 @@ def test_eval_bench_scores_a_split_per_category_with_intervals(tmp_path: Path) -
     assert low <= overall["pairwise_accuracy"] <= high
     categories = report["by_category"]
     assert set(categories) == {"correctness", "behaviour", "hygiene", "tests", "scope", "design"}
-    # The heuristic sees no difference between returning 0 and 0.0: it ties the correctness pair.
-    assert categories["correctness"]["pairwise_accuracy"] == 0.5 and categories["correctness"]["groups"] == 1
+    # The heuristic cannot tell returning 0 from 0.0, but the group can (v6's agreement): the other candidates
+    # are variants of the clean fix, so returning 0 is the one change that diverges, and it ranks lower.
+    assert categories["correctness"]["pairwise_accuracy"] == 1.0 and categories["correctness"]["groups"] == 1
     assert categories["correctness"]["interval"] is None  # one group: no interval
     for name in ("behaviour", "hygiene", "tests", "scope", "design"):
         low, high = categories[name]["interval"]

@@ -219,3 +219,27 @@ def test_size_does_not_count_added_tests(repo: RepoFactory, mirrors: MirrorCache
     assert result.ranking == [["fix-with-many-tests", "bare-fix"], ["larger-fix"]], result.ranking
     assert signals["larger-fix"]["size_ratio"] == 2.5  # 5 changed lines against 2
     assert "2.5x the smallest candidate's changed lines" in result.rationales["larger-fix"]
+
+
+def test_the_fix_the_group_disagrees_with_ranks_lower_and_two_candidates_say_nothing(
+    repo: RepoFactory, mirrors: MirrorCache
+) -> None:
+    # Three different one-line fixes of `add` share the line they remove; the fourth, as small, changes `mul`
+    # instead. No other signal tells them apart: only the group's disagreement can order it.
+    agreeing = {
+        "first": FIX,
+        "second": {"pkg/core.py": BASE_FILES["pkg/core.py"].replace("a - b", "b + a")},
+        "third": {"pkg/core.py": BASE_FILES["pkg/core.py"].replace("a - b", "(a + b)")},
+    }
+    diverging = {"pkg/core.py": BASE_FILES["pkg/core.py"].replace("a * b", "a * b * 1")}
+    result = grade(repo, mirrors, {**agreeing, "diverging": diverging})
+    signals = result.signals
+    assert result.ranking == [["first", "second", "third"], ["diverging"]], result.ranking
+    assert signals["diverging"]["agreement"] < min(signals[t]["agreement"] for t in agreeing)
+    assert signals["first"]["agreement_gap"] == 0 and signals["first"]["penalty"] == 0
+    assert signals["diverging"]["agreement_gap"] > 0
+    assert "agrees" in result.rationales["diverging"] and "agrees" not in result.rationales["first"]
+    # With two candidates each is exactly as similar to the other: no agreement signal, they tie.
+    pair = grade(repo, mirrors, {"first": FIX, "diverging": diverging})
+    assert pair.ranking == [["first", "diverging"]]
+    assert "agreement" not in pair.signals["first"]

