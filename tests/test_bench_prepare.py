@@ -310,6 +310,45 @@ def test_swebench_lite_and_its_large_rest_split_the_instances_as_the_generator_s
             )
 
 
+def test_routing_labels_after_agree_moves_each_line_once(tmp_path: Path) -> None:
+    """labelling.py `agree` rewrites every labelled pair into swebench-lite, the large recipe's instances
+    included: routing must move those lines to the large recipe without repeating the ones it holds, and the
+    committed recipes hold no line twice."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_swebench_lite", REPO_ROOT / "benchmarks/tools/make_swebench_lite.py"
+    )
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    lite, large = tmp_path / "lite", tmp_path / "large"
+    held = json.dumps({"group_id": "big__big-1", "better": "a", "worse": "b", "category": "design"})
+    fresh = json.dumps({"group_id": "big__big-1", "better": "c", "worse": "d", "category": "scope"})
+    ours = json.dumps({"group_id": "small__small-1", "better": "a", "worse": "b", "category": "behaviour"})
+    for folder, instance, references in (
+        (lite, "small__small-1", [ours, held, fresh]),
+        (large, "big__big-1", [held]),
+    ):
+        folder.mkdir()
+        (folder / "instances.jsonl").write_text(json.dumps({"instance": instance}) + "\n", encoding="utf-8")
+        (folder / "references.jsonl").write_text("".join(r + "\n" for r in references), encoding="utf-8")
+        (folder / "labels.jsonl").write_text("", encoding="utf-8")
+    generator.route_our_work([lite, large])
+    assert (lite / "references.jsonl").read_text(encoding="utf-8").splitlines() == [ours]
+    assert (large / "references.jsonl").read_text(encoding="utf-8").splitlines() == [held, fresh]
+    for name in (generator.NAME, generator.LARGE_NAME):
+        for file_name in ("references.jsonl", "labels.jsonl"):
+            lines = [
+                line
+                for line in (REPO_ROOT / "benchmarks" / name / file_name)
+                .read_text(encoding="utf-8")
+                .splitlines()
+                if line.strip()
+            ]
+            assert len(lines) == len(set(lines)), (name, file_name)
+
+
 def test_the_llm_grader_mode_for_a_verification_track_drops_the_all_pass_claim(sources: dict) -> None:
     import argparse
 

@@ -374,7 +374,9 @@ def write_recipe(
 def route_our_work(folders: list[Path]) -> None:
     """Move each line of references.jsonl and labels.jsonl (our labels: never derived from sources) to the
     recipe that holds its instance, keeping the order lines had; a line whose instance no recipe holds stays
-    where it is (load_recipe's checks and `prepare` then leave it out)."""
+    where it is (load_recipe's checks and `prepare` then leave it out). A line the target already holds is not
+    added again: labelling.py `agree` rewrites every labelled pair's lines into swebench-lite, those of
+    swebench-lite-large instances included, so routing them would otherwise repeat them there."""
     holder = {}
     for folder in folders:
         for line in (folder / "instances.jsonl").read_text(encoding="utf-8").splitlines():
@@ -383,8 +385,11 @@ def route_our_work(folders: list[Path]) -> None:
         routed: dict[Path, list[str]] = {folder: [] for folder in folders}
         for folder in folders:
             for line in (folder / file_name).read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    routed[holder.get(json.loads(line).get("group_id"), folder)].append(line)
+                if not line.strip():
+                    continue
+                target = routed[holder.get(json.loads(line).get("group_id"), folder)]
+                if line not in target:
+                    target.append(line)
         for folder, kept in routed.items():
             (folder / file_name).write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
