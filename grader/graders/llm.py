@@ -41,6 +41,10 @@ from grader.workspace import ref_name
 
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
 FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
+FINAL = (
+    "Call submit_ranking now: this is your last turn. Rank every candidate exactly once ({labels}), in tie "
+    "groups best first, with a one-sentence reason for each and your confidence from 0 to 1."
+)
 SILENT_TURNS_BEFORE_FORCING = 2
 CUT = "Your reply was cut at the limit of {limit} tokens a turn: keep replies and arguments shorter. "
 
@@ -178,7 +182,7 @@ class LLMGrader:
                 transcript.event("endpoint", learnt=[lesson.as_dict() for lesson in known])
             for tid, hits in flags.items():
                 transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
-            submission = self._loop(toolbox, candidates.order, view, transcript, usage)
+            submission = self._loop(toolbox, candidates.order, view, transcript, usage, details)
         except GradingFailed as exc:
             _note_lessons(details, known, transcript)
             transcript.event("failed", reason=str(exc), usage=usage.as_dict())
@@ -205,8 +209,20 @@ class LLMGrader:
     # -- the loop ----------------------------------------------------------------------------------------
 
     def _loop(
-        self, toolbox: Toolbox, labels: list[str], view: GradingView, transcript: Transcript, usage: _Usage
+        self,
+        toolbox: Toolbox,
+        labels: list[str],
+        view: GradingView,
+        transcript: Transcript,
+        usage: _Usage,
+        details: dict[str, Any],
     ) -> Submission:
+        """Turns until the model submits a valid ranking; a forced final turn is recorded in `details`
+        ("final_turn": its number and the budget that called for it).
+
+        Raises:
+            GradingFailed: a budget ran out first, or the endpoint failed (the reason says which).
+        """
         budgets = self.config.budgets
         began = time.monotonic()
 
@@ -220,9 +236,27 @@ class LLMGrader:
         repairs = 0
         silent = 0  # consecutive answers without a tool call
         forcing = False
+        final: str | None = None  # why the submission is forced with submit_ranking alone, once it is
+        slowest = 0.0  # the longest turn so far (request and tools), to tell when the wall budget is near
+        last_prompt = 0  # prompt tokens of the latest request: the least the next one costs
+        turn_began: float | None = None
         for turn in range(1, budgets.turns + 1):
-            if not forcing and (silent >= SILENT_TURNS_BEFORE_FORCING or turn == budgets.turns):
-                # Force the submission: `required` (what llama.cpp, vLLM and OpenAI all take; in structured
+            now = time.monotonic()
+            if turn_began is not None:
+                slowest = max(slowest, now - turn_began)
+            turn_began = now
+            why = final or self._last_turn(turn, usage, last_prompt, deadline() - now, slowest)
+            if final is None and why is not None:
+                # The last turn the budgets leave: submit_ranking alone is offered, and required (a server
+                # that refuses "required" is sent it named instead), so the grading ends in the model's own
+                # ranking, validated as ever, rather than on a budget.
+                final, forcing = why, True
+                details["final_turn"] = {"turn": turn, "why": why}
+                text = FINAL.format(labels=", ".join(labels))
+                messages.append({"role": "user", "content": text})
+                transcript.event("message", role="user", content=text, forced="final", why=why)
+            elif not forcing and silent >= SILENT_TURNS_BEFORE_FORCING:
+                # Force a tool call: `required` (what llama.cpp, vLLM and OpenAI all take; in structured
                 # text mode, a schema of submit_ranking alone) plus an appended instruction; the tool list
                 # stays as it was, so the history stays append-only.
                 forcing = True
@@ -233,7 +267,10 @@ class LLMGrader:
             if usage.tool_output_chars >= budgets.tool_output_chars:
                 raise GradingFailed(f"tool output budget exhausted ({usage.tool_output_chars:,} characters)")
             choice = "required" if forcing else "auto"
-            reply = self._complete(messages, toolbox, native, deadline(), transcript, usage, choice)
+            prompt_before = usage.prompt_tokens
+            only = final is not None
+            reply = self._complete(messages, toolbox, native, deadline(), transcript, usage, choice, only)
+            last_prompt = usage.prompt_tokens - prompt_before
             calls = self._calls(reply, native, toolbox.markers)
             assistant: dict[str, Any] = {"role": "assistant", "content": reply.content or ""}
             if native and reply.tool_calls:
@@ -291,6 +328,7 @@ class LLMGrader:
                         ranking=submission.labels,
                         confidence=submission.confidence,
                         usage=usage.as_dict(),
+                        final=final,
                     )
                     return submission
                 try:
@@ -369,9 +407,11 @@ class LLMGrader:
         transcript: Transcript,
         usage: _Usage,
         tool_choice: str = "auto",
+        only_submit: bool = False,
     ) -> Reply:
         """The model's reply to the conversation, its usage counted (estimated where the server reported
-        none, so the token budget still binds).
+        none, so the token budget still binds). `only_submit`: submit_ranking is the one tool offered (in
+        structured text mode, the one call the schema admits), which `tool_choice` "required" then forces.
 
         Raises:
             GradingFailed: the wall budget ran out, the conversation overflowed the model's context, or the
@@ -384,9 +424,12 @@ class LLMGrader:
         started = time.monotonic()
         try:
             # Explicit tool_choice: OpenAI reads a missing one as "auto", llama.cpp's Python server as "none".
+            tools = toolbox.schemas()
+            if only_submit:
+                tools = [tool for tool in tools if tool["function"]["name"] == SUBMIT]
             reply = self.endpoint.complete(
                 messages,
-                tools=toolbox.schemas() if native else None,
+                tools=tools if native else None,
                 tool_choice=tool_choice if native else None,
                 response_format=_reply_format(toolbox, tool_choice == "required") if structured else None,
                 max_tokens=self._max_tokens(usage),
@@ -419,6 +462,21 @@ class LLMGrader:
         return reply
 
     # -- helpers -----------------------------------------------------------------------------------------
+
+    def _last_turn(
+        self, turn: int, usage: _Usage, last_prompt: int, seconds_left: float, slowest: float
+    ) -> str | None:
+        """Which budget makes this turn the last one that surely fits, if one does: the turns; the tokens
+        (another turn costs at least the conversation again plus a reply); the wall time (less than two of
+        the slowest turns so far left)."""
+        budgets = self.config.budgets
+        if turn >= budgets.turns:
+            return "turn budget"
+        if budgets.tokens - usage.total_tokens < 2 * (last_prompt + budgets.max_output_tokens):
+            return "token budget"
+        if slowest > 0 and seconds_left < 2 * slowest:
+            return "wall-time budget"
+        return None
 
     def _max_tokens(self, usage: _Usage) -> int:
         """Tokens one turn may generate: the per-turn cap, and never past what the token budget has left, so
