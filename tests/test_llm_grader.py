@@ -421,7 +421,7 @@ def test_the_last_turn_is_forced_with_submit_ranking_alone() -> None:
     def policy(request, n):
         if request.get("tool_choice") == "required":
             return submit([labels_in(request)])
-        return tool_calls(("list_candidates", {}))
+        return tool_calls(("diff", {"candidate": labels_in(request)[n]}))  # a new call each turn
 
     result, requests = grade_with(policy, budgets=Budgets(turns=3, retries=0))
     assert result.status == "graded" and [r["tool_choice"] for r in requests] == ["auto", "auto", "required"]
@@ -433,6 +433,53 @@ def test_the_last_turn_is_forced_with_submit_ranking_alone() -> None:
     assert result.details["final_turn"] == {"turn": 3, "why": "turn budget"}
 
 
+def fresh_call(n: int) -> Reply:
+    """A call no earlier turn made: lines from n + 1 on of a file of the base."""
+    return tool_calls(("read_file", {"target": "base", "path": "inventory/stock.py", "start_line": n + 1}))
+
+
+def _delayed(reply: Reply, seconds: float) -> Reply:
+    return Reply(reply.body, reply.status, seconds, reply.headers)
+
+
+def test_a_forced_turn_answered_without_a_tool_call_is_followed_by_the_final_turn() -> None:
+    """As Gemma 3 270M does on llama-cpp-python: empty answers under "auto", to which a refused `required`
+    falls back. Nudged, forced, then a final turn naming submit_ranking: graded in five turns, not on the
+    turn budget, and each answer without a call is followed by one user turn (no two in a row)."""
+
+    def policy(request, n):
+        if isinstance(request.get("tool_choice"), dict):
+            return submit([labels_in(request)])
+        return text("")
+
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    with ScriptedServer(policy, forced_tool_choice="named_only") as server:
+        grader = LLMGrader("scripted", base_url=server.url, seed=7, sandbox=None, budgets=FAST)
+        result = grade_group_sync(group, grader)
+        requests = server.requests
+    assert result.status == "graded", result.reason
+    assert result.details["final_turn"] == {"turn": 4, "why": "no tool call when forced"}
+    assert len(requests) == 3 + FAST.retries + 1 + 1  # the forced turn: its retries, then once with "auto"
+    roles = [m["role"] for m in requests[-1]["messages"]]
+    assert all(a != b for a, b in zip(roles[1:], roles[2:], strict=False)), roles  # system, user, model...
+    assert requests[-1]["messages"][-1]["content"].startswith("Call submit_ranking now: this is your last")
+
+
+def test_a_turn_of_calls_already_answered_is_followed_by_the_final_turn() -> None:
+    """As Gemma 3 270M echoing its prompt on llama-server does: the same calls every turn. The first are
+    answered; a turn that only repeats them makes no progress, so the next is the final one."""
+
+    def policy(request, n):
+        if len(request["tools"]) == 1:
+            return submit([labels_in(request)])
+        return tool_calls(("list_candidates", {}), ("diff", {"candidate": labels_in(request)[0]}))
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    assert result.details["final_turn"] == {"turn": 3, "why": "only calls already answered"}
+    assert len(requests) == 3
+
+
 def test_a_final_turn_comes_before_the_wall_budget_runs_out(tmp_path: Path) -> None:
     """Turns that each take most of a second, 2.5 s of wall budget: the turn before which less than two of
     the slowest turns are left is the final one, so the grading ends in a ranking, not on the budget."""
@@ -440,7 +487,7 @@ def test_a_final_turn_comes_before_the_wall_budget_runs_out(tmp_path: Path) -> N
     def policy(request, n):
         if len(request["tools"]) == 1:
             return submit([labels_in(request)])
-        return tool_calls(("list_candidates", {}), delay=0.7)
+        return _delayed(fresh_call(n), 0.7)
 
     budgets = Budgets(turns=20, retries=0, wall_seconds=2.5)
     result, requests = grade_with(policy, tmp_path=tmp_path, budgets=budgets)
@@ -460,7 +507,7 @@ def test_a_final_turn_comes_before_the_token_budget_runs_out() -> None:
     def policy(request, n):
         if len(request["tools"]) == 1:
             return submit([labels_in(request)])
-        return tool_calls(("list_candidates", {}))  # 100 prompt and 20 completion tokens a turn
+        return fresh_call(n)  # 100 prompt and 20 completion tokens a turn
 
     budgets = Budgets(turns=20, retries=0, tokens=900, max_output_tokens=200)
     result, requests = grade_with(policy, budgets=budgets)
@@ -477,7 +524,7 @@ def test_a_server_that_refuses_required_is_sent_submit_ranking_named_on_the_fina
     def policy(request, n):
         if request.get("tool_choice") == {"type": "function", "function": {"name": "submit_ranking"}}:
             return submit([labels_in(request)])
-        return tool_calls(("list_candidates", {}))
+        return fresh_call(n)
 
     (group,) = load_group_file(EXAMPLE_GROUP)
     with ScriptedServer(policy, forced_tool_choice="named_only") as server:

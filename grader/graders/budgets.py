@@ -33,7 +33,9 @@ class Budgets:
     retry_wait_max: float = 20.0
     """Longest wait between retries, in seconds."""
     max_output_tokens: int = field(
-        default=4096, metadata={"cli": "--max-tokens-per-turn", "cli_deprecated": "--max-output-tokens"}
+        default=1024, metadata={"cli": "--max-tokens-per-turn", "cli_deprecated": "--max-output-tokens"}
     )
     """Tokens the model may generate in one turn (the request's `max_tokens`; the whole grading's budget is
-    --max-grading-tokens)."""
+    --max-grading-tokens). A turn is a tool call and a few lines of reasoning, which instruct models write in
+    a few hundred; raise it for models that think at length before each call. A model that writes on (a base
+    model echoing its prompt) costs at most this much a turn."""

@@ -7,7 +7,7 @@ backoff (tenacity). What a server turns out not to support is learnt once per en
 grading's transcript, and not asked again:
 
 - a whole JSON reply to a streamed request is read as the reply (then replies are requested whole);
-- a refusal naming `stream`, `tool_choice` or `response_format` (a 4xx; for `tool_choice` also a 500) drops
+- a refusal naming `stream`, `tool_choice` or `response_format` (a 4xx; for the last two also a 500) drops
   that option at once (`tool_choice` other than "auto" becomes "auto"; "required" with a single tool offered
   becomes the same choice in the other form, that tool named, unless that form was refused too);
 - a streamed reply that carries no choices is asked again whole;
@@ -820,12 +820,12 @@ class Endpoint:
 
 
 def _named_refusal(failure: _StatusFailure, shape: _Shape) -> str | None:
-    """The option of the request a refusal names, if any: a 4xx naming it, or a 500 naming `tool_choice`
-    (llama-cpp-python's server answers some forms so)."""
+    """The option of the request a refusal names, if any: a 4xx naming it, or a 500 naming `tool_choice` or
+    `response_format` (llama-cpp-python's server answers some forms of each so)."""
     if failure.status in TRANSIENT or not 400 <= failure.status <= 500:
         return None
     for option in OPTIONS:
-        answerable = failure.status < 500 or option == "tool_choice"
+        answerable = failure.status < 500 or option in ("tool_choice", "response_format")
         if answerable and shape.carries(option) and _NAMES[option].search(failure.message):
             return option
     return None

@@ -142,7 +142,8 @@ def constrain_labels(
 ) -> list[dict[str, Any]]:
     """A copy of `tools` (chat-completions format) whose label arguments are each an `enum` of a grading's
     labels (`ranked`: the candidates shown, `contrast`: the failing ones shown for contrast), its arrays
-    bounded by `maxItems`: exactly what that grading sends, so a distilled example can carry it too."""
+    bounded by `maxItems`, and `reasons` an object with one string per ranked label: exactly what that grading
+    sends, so a distilled example can carry it too."""
     shown = [*ranked, *contrast]
     labels: dict[str, list[str]] = {
         "candidate": shown,
@@ -162,6 +163,13 @@ def constrain_labels(
                 schema = schema["items"]
             if schema.get("type") == "string":
                 schema["enum"] = allowed
+        reasons = tool["function"]["parameters"].get("properties", {}).get("reasons")
+        if reasons is not None and reasons.get("type") == "object":
+            # One reason per ranked label, keyed by it: a constrained decoder then writes each, not keys of
+            # its own (Gemma 3 270M, unconstrained keys, wrote {"additionalProperties": "string"}).
+            kind = reasons.pop("additionalProperties", None) or {"type": "string"}
+            reasons |= {"properties": dict.fromkeys(ranked, kind), "required": list(ranked)}
+            reasons["additionalProperties"] = False
     return tools
 
 
