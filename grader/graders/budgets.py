@@ -22,8 +22,11 @@ class Budgets:
     """Wall time of one grading, not counting waits for an LLM or sandbox slot."""
     repairs: int = field(default=2, metadata={"cli": "--max-repairs"})
     """Invalid rankings sent back to the model for repair before the grading fails."""
-    request_timeout: float = 180.0
-    """Seconds one request may take."""
+    request_timeout: float = 300.0
+    """Seconds one request may take. A server that does not stream sends nothing until the whole reply is
+    written: on 2 loaded cores llama-cpp-python took over 180 s for a forced submit_ranking call of Gemma 3
+    270M (its grammar sampling ran at about 1 token/s), and a timeout there costs a resend behind the
+    abandoned generation, which it does not stop."""
     retries: int = 4
     """Retries of a request that failed for a transient reason (429, 5xx, connection). A server error that
     lasts through them is then tried once without each optional field the request carries (a tool_choice
