@@ -480,6 +480,41 @@ def test_a_turn_of_calls_already_answered_is_followed_by_the_final_turn() -> Non
     assert len(requests) == 3
 
 
+def test_the_final_turn_takes_the_ranking_as_a_tie_group_per_label() -> None:
+    """The final turn's submit_ranking has `tiers`, one required tie-group number per label (each label
+    exactly once, by construction, under a constrained decoder); the submission is the tie groups it stands
+    for, validated as ever."""
+
+    def policy(request, n):
+        if len(request["tools"]) > 1:
+            return text("")
+        (submit_tool,) = request["tools"]
+        tiers = submit_tool["function"]["parameters"]["properties"]["tiers"]
+        assert tiers["required"] == labels_in(request) and tiers["additionalProperties"] is False
+        first, *rest = labels_in(request)
+        arguments = {"tiers": {first: 2, **dict.fromkeys(rest, 1)}, "reasons": {}, "confidence": 0.5}
+        return tool_calls(("submit_ranking", arguments))
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    first, *rest = labels_in(requests[-1])
+    assert result.details["ranking_labels"] == [rest, [first]]
+    schema = requests[-1]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["arguments"]["required"] == ["tiers", "reasons", "confidence"]
+
+
+def test_tiers_that_are_not_tie_group_numbers_go_back_to_the_model() -> None:
+    def policy(request, n):
+        if len(request["tools"]) > 1:
+            return text("")
+        tiers = dict.fromkeys(labels_in(request), "best")
+        return tool_calls(("submit_ranking", {"tiers": tiers, "reasons": {}, "confidence": 0.5}))
+
+    result, requests = grade_with(policy, budgets=Budgets(turns=6, retries=0, repairs=1))
+    assert result.status == "failed"
+    assert "tiers must map each label to a tie-group number from 1" in result.reason
+
+
 def test_a_final_turn_comes_before_the_wall_budget_runs_out(tmp_path: Path) -> None:
     """Turns that each take most of a second, 2.5 s of wall budget: the turn before which less than two of
     the slowest turns are left is the final one, so the grading ends in a ranking, not on the budget."""
@@ -671,10 +706,14 @@ def test_structured_text_mode_constrains_each_reply_to_one_tool_call() -> None:
     labels = labels_in(requests[0])
     diff = schemas[0]["anyOf"][1]["properties"]["arguments"]["properties"]
     assert diff["candidate"]["enum"] == labels and diff["against"]["enum"] == ["base", *labels]
-    assert schemas[-1]["properties"]["tool"]["const"] == "submit_ranking"  # the forced (last) turn
-    ranking = schemas[-1]["properties"]["arguments"]["properties"]["ranking"]
+    submit = schemas[0]["anyOf"][-1]["properties"]
+    assert submit["tool"]["const"] == "submit_ranking"
+    ranking = submit["arguments"]["properties"]["ranking"]
     assert ranking["items"]["items"]["enum"] == labels
     assert ranking["maxItems"] == ranking["items"]["maxItems"] == len(labels)  # bounded output
+    assert schemas[-1]["properties"]["tool"]["const"] == "submit_ranking"  # the final (last) turn
+    tiers = schemas[-1]["properties"]["arguments"]["properties"]["tiers"]
+    assert tiers["required"] == labels and tiers["properties"][labels[0]]["enum"] == [1, 2, 3, 4]
 
 
 def test_diffs_are_shown_without_header_noise() -> None:

@@ -43,8 +43,9 @@ from grader.workspace import ref_name
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
 FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
 FINAL = (
-    "Call submit_ranking now: this is your last turn. Rank every candidate exactly once ({labels}), in tie "
-    "groups best first, with a one-sentence reason for each and your confidence from 0 to 1."
+    "Call submit_ranking now: this is your last turn. Give every candidate ({labels}) its tie group in "
+    "tiers: 1 for the best, 2 for the next, the same number for a tie; a one-sentence reason for each and "
+    "your confidence from 0 to 1."
 )
 SILENT_TURNS_BEFORE_FORCING = 2
 UNANSWERED = "no tool call when forced"
@@ -93,9 +94,11 @@ def _text_tool_call(content: str | None) -> tuple[str, Any] | None:
     return None
 
 
-def _reply_format(toolbox: Toolbox, only_submit: bool) -> dict[str, Any]:
+def _reply_format(toolbox: Toolbox, only_submit: bool, final: bool = False) -> dict[str, Any]:
     """A `response_format` that admits exactly one text-mode tool call, {"tool": name, "arguments": {...}},
-    each tool's arguments under its own schema; only submit_ranking when the submission is forced."""
+    each tool's arguments under its own schema; only submit_ranking when the submission is forced (in the
+    final turn's form, `Toolbox.final_schemas`, when `final`)."""
+    schemas = toolbox.final_schemas() if final else toolbox.schemas()
     calls = [
         {
             "type": "object",
@@ -103,7 +106,7 @@ def _reply_format(toolbox: Toolbox, only_submit: bool) -> dict[str, Any]:
             "required": ["tool", "arguments"],
             "additionalProperties": False,
         }
-        for spec in (s["function"] for s in toolbox.schemas())
+        for spec in (s["function"] for s in schemas)
         if not only_submit or spec["name"] == SUBMIT
     ]
     schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
@@ -461,14 +464,12 @@ class LLMGrader:
         started = time.monotonic()
         try:
             # Explicit tool_choice: OpenAI reads a missing one as "auto", llama.cpp's Python server as "none".
-            tools = toolbox.schemas()
-            if only_submit:
-                tools = [tool for tool in tools if tool["function"]["name"] == SUBMIT]
+            tools = toolbox.final_schemas() if only_submit else toolbox.schemas()
             reply = self.endpoint.complete(
                 messages,
                 tools=tools if native else None,
                 tool_choice=tool_choice if native else None,
-                response_format=_reply_format(toolbox, only_submit or tool_choice == "required")
+                response_format=_reply_format(toolbox, only_submit or tool_choice == "required", only_submit)
                 if structured or only_submit
                 else None,
                 max_tokens=self._max_tokens(usage),

@@ -264,6 +264,33 @@ def parse_arguments(raw: str | dict[str, Any] | None, schema: dict[str, Any]) ->
     return arguments
 
 
+def _tiers_as_ranking(raw: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    """A submission's `tiers` ({label: tie-group number}) as the `ranking` it stands for (tie groups in order
+    of their numbers, labels in the order given); any other submission unchanged. ToolError for numbers
+    that are not integers from 1."""
+    arguments = raw
+    if isinstance(raw, str):
+        try:
+            arguments = json.loads(raw or "{}")
+        except json.JSONDecodeError:
+            return raw  # parse_arguments names the problem
+    if (
+        not isinstance(arguments, dict)
+        or "ranking" in arguments
+        or not isinstance(arguments.get("tiers"), dict)
+    ):
+        return raw
+    tiers: dict[str, Any] = arguments["tiers"]
+    wrong = [label for label, n in tiers.items() if not isinstance(n, int) or isinstance(n, bool) or n < 1]
+    if wrong:
+        raise ToolError(f"tiers must map each label to a tie-group number from 1: not {', '.join(wrong)}")
+    groups: dict[int, list[str]] = {}
+    for label, n in tiers.items():
+        groups.setdefault(n, []).append(label)
+    rest = {k: v for k, v in arguments.items() if k != "tiers"}
+    return {"ranking": [groups[n] for n in sorted(groups)], **rest}
+
+
 @dataclass
 class Submission:
     """A validated ranking, in trajectory ids, with the grader's reasons and confidence."""
@@ -327,8 +354,34 @@ class Toolbox:
         handler = getattr(self, f"_tool_{name}")
         return handler(**arguments)
 
+    def final_schemas(self) -> list[dict[str, Any]]:
+        """submit_ranking alone, as the final turn offers it: the ranking as `tiers`, an object with one
+        required tie-group number per label, so a constrained decoder ranks each label exactly once by
+        construction (under `ranking`, Gemma 3 270M on llama-cpp-python listed every label in two tie groups,
+        repair after repair). `submission` reads it as the tie groups it stands for."""
+        (submit,) = [s for s in self.schemas() if s["function"]["name"] == SUBMIT]
+        submit = json.loads(json.dumps(submit))
+        parameters = submit["function"]["parameters"]
+        order = self.candidates.order
+        number = {"type": "integer", "enum": list(range(1, len(order) + 1))}
+        tiers = {
+            "type": "object",
+            "description": "Each candidate's tie group: 1 for the best, 2 for the next; equal numbers tie.",
+            "properties": dict.fromkeys(order, number),
+            "required": list(order),
+            "additionalProperties": False,
+        }
+        parameters["properties"] = {
+            "tiers": tiers,
+            **{k: v for k, v in parameters["properties"].items() if k != "ranking"},
+        }
+        parameters["required"] = ["tiers" if name == "ranking" else name for name in parameters["required"]]
+        return [submit]
+
     def submission(self, raw_arguments: str | dict[str, Any] | None) -> Submission:
-        """Check a submit_ranking call; ToolError names unknown, missing or duplicated labels."""
+        """Check a submit_ranking call (its ranking as `ranking`, tie groups, or as `tiers`, a tie-group
+        number per label: `final_schemas`); ToolError names unknown, missing or duplicated labels."""
+        raw_arguments = _tiers_as_ranking(raw_arguments)
         arguments = parse_arguments(raw_arguments, self.specs[SUBMIT]["parameters"])
         try:
             labels = validate_ranking(arguments["ranking"], self.candidates.order)
