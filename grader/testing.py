@@ -208,8 +208,9 @@ class ScriptedServer:
         streaming: how a request asking to stream is answered: "events" (server-sent events), "refused"
             (HTTP 400 saying this server does not stream), "whole" (one JSON body, as servers that ignore
             `stream` answer), "no_choices" (events whose `choices` are all empty).
-        forced_tool_choice: "honoured", or "crashes": a `tool_choice` other than "auto" gets HTTP 500 with
-            an empty message, as an assertion in llama-cpp-python's handler answers it.
+        forced_tool_choice: "honoured"; "crashes": a `tool_choice` other than "auto" gets HTTP 500 with an
+            empty message; "named_only": only "required" does, as an assertion in llama-cpp-python's handler
+            answers it (a choice naming a function it honours).
         drop_kept_alive: a connection that carried a reply is closed when the next request comes on it,
             unread and unanswered (a server whose keep-alive timeout fired just then); counted in `dropped`.
     """
@@ -221,7 +222,7 @@ class ScriptedServer:
         port: int = 0,
         *,
         streaming: Streaming = "events",
-        forced_tool_choice: Literal["honoured", "crashes"] = "honoured",
+        forced_tool_choice: Literal["honoured", "crashes", "named_only"] = "honoured",
         drop_kept_alive: bool = False,
     ) -> None:
         self.policy = policy
@@ -281,7 +282,7 @@ class ScriptedServer:
                     reply = error(404, f"no route {self.path}")
                 elif body.get("stream") and server.streaming == "refused":
                     reply = error(400, NOT_STREAMING)
-                elif server.forced_tool_choice == "crashes" and choice is not None and choice != "auto":
+                elif server.refuses(choice):
                     reply = error(500, "")
                 else:
                     try:
@@ -324,6 +325,12 @@ class ScriptedServer:
         self._httpd = _Listener((host, port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="scripted-llm", daemon=True)
+
+    def refuses(self, choice: Any) -> bool:
+        """Whether a request's `tool_choice` gets the HTTP 500 of `forced_tool_choice`."""
+        if self.forced_tool_choice == "crashes":
+            return choice is not None and choice != "auto"
+        return self.forced_tool_choice == "named_only" and choice == "required"
 
     @property
     def url(self) -> str:

@@ -179,6 +179,9 @@ def test_a_server_restarting_mid_grading_is_retried(llama_server: LlamaServer, t
 
 def test_grading_the_bundled_example_with_default_options(llama_server: LlamaServer, tmp_path: Path) -> None:
     """`gagar grade --grader llm` as a user runs it, the model and the URL given: native tool calls, streamed
-    replies, `tool_choice` auto then required; llama-server takes them all, so the endpoint learns nothing."""
-    _, _, transcript = grade_with_defaults(llama_server.url, llama_server.alias, tmp_path / "run")
+    replies, `tool_choice` auto then required, and a final turn of submit_ranking alone under a
+    `response_format`; llama-server takes them all, so the endpoint learns nothing, and the grading ends in a
+    validated ranking."""
+    _, result, transcript = grade_with_defaults(llama_server.url, llama_server.alias, tmp_path / "run")
     assert not [e for e in transcript if e["type"] == "learnt"], "llama-server supports every default"
+    assert result.usage["requests"] <= 6

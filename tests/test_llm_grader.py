@@ -414,14 +414,133 @@ def test_a_model_that_only_talks_is_forced_to_submit() -> None:
     assert all(r["tools"] == requests[0]["tools"] for r in requests)
 
 
-def test_the_last_turn_is_forced() -> None:
+def test_the_last_turn_is_forced_with_submit_ranking_alone() -> None:
+    """The turn budget's last turn offers submit_ranking alone under `required` (a grammar on llama.cpp,
+    vLLM, SGLang), names every label, and is recorded; the ranking is the model's, validated as ever."""
+
     def policy(request, n):
         if request.get("tool_choice") == "required":
             return submit([labels_in(request)])
-        return tool_calls(("list_candidates", {}))
+        return tool_calls(("diff", {"candidate": labels_in(request)[n]}))  # a new call each turn
 
     result, requests = grade_with(policy, budgets=Budgets(turns=3, retries=0))
     assert result.status == "graded" and [r["tool_choice"] for r in requests] == ["auto", "auto", "required"]
+    assert [t["function"]["name"] for t in requests[-1]["tools"]] == ["submit_ranking"]
+    assert all(len(r["tools"]) > 1 for r in requests[:-1])
+    told = requests[-1]["messages"][-1]["content"]
+    assert told.startswith("Call submit_ranking now: this is your last turn")
+    assert all(label in told for label in labels_in(requests[-1]))
+    assert result.details["final_turn"] == {"turn": 3, "why": "turn budget"}
+
+
+def fresh_call(n: int) -> Reply:
+    """A call no earlier turn made: lines from n + 1 on of a file of the base."""
+    return tool_calls(("read_file", {"target": "base", "path": "inventory/stock.py", "start_line": n + 1}))
+
+
+def _delayed(reply: Reply, seconds: float) -> Reply:
+    return Reply(reply.body, reply.status, seconds, reply.headers)
+
+
+def test_a_forced_turn_answered_without_a_tool_call_is_followed_by_the_final_turn() -> None:
+    """As Gemma 3 270M does on llama-cpp-python: empty answers under "auto", to which a refused `required`
+    falls back. Nudged, forced, then a final turn naming submit_ranking: graded in five turns, not on the
+    turn budget, and each answer without a call is followed by one user turn (no two in a row)."""
+
+    def policy(request, n):
+        if isinstance(request.get("tool_choice"), dict):
+            return submit([labels_in(request)])
+        return text("")
+
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    with ScriptedServer(policy, forced_tool_choice="named_only") as server:
+        grader = LLMGrader("scripted", base_url=server.url, seed=7, sandbox=None, budgets=FAST)
+        result = grade_group_sync(group, grader)
+        requests = server.requests
+    assert result.status == "graded", result.reason
+    assert result.details["final_turn"] == {"turn": 4, "why": "no tool call when forced"}
+    assert len(requests) == 3 + FAST.retries + 1 + 1  # the forced turn: its retries, then once with "auto"
+    roles = [m["role"] for m in requests[-1]["messages"]]
+    assert all(a != b for a, b in zip(roles[1:], roles[2:], strict=False)), roles  # system, user, model...
+    assert requests[-1]["messages"][-1]["content"].startswith("Call submit_ranking now: this is your last")
+
+
+def test_a_turn_of_calls_already_answered_is_followed_by_the_final_turn() -> None:
+    """As Gemma 3 270M echoing its prompt on llama-server does: the same calls every turn. The first are
+    answered; a turn that only repeats them makes no progress, so the next is the final one."""
+
+    def policy(request, n):
+        if len(request["tools"]) == 1:
+            return submit([labels_in(request)])
+        return tool_calls(("list_candidates", {}), ("diff", {"candidate": labels_in(request)[0]}))
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    assert result.details["final_turn"] == {"turn": 3, "why": "only calls already answered"}
+    assert len(requests) == 3
+
+
+def test_a_final_turn_comes_before_the_wall_budget_runs_out(tmp_path: Path) -> None:
+    """Turns that each take most of a second, 2.5 s of wall budget: the turn before which less than two of
+    the slowest turns are left is the final one, so the grading ends in a ranking, not on the budget."""
+
+    def policy(request, n):
+        if len(request["tools"]) == 1:
+            return submit([labels_in(request)])
+        return _delayed(fresh_call(n), 0.7)
+
+    budgets = Budgets(turns=20, retries=0, wall_seconds=2.5)
+    result, requests = grade_with(policy, tmp_path=tmp_path, budgets=budgets)
+    assert result.status == "graded", result.reason
+    assert result.details["final_turn"]["why"] == "wall-time budget"
+    # The first turn times the rest (how many fit depends on the machine's load): the final one follows it.
+    assert len(requests) == result.details["final_turn"]["turn"] >= 2
+    assert result.transcript
+    (submitted,) = [e for e in read_transcript(result.transcript) if e["type"] == "submitted"]
+    assert submitted["final"] == "wall-time budget"
+
+
+def test_a_final_turn_comes_before_the_token_budget_runs_out() -> None:
+    """The next turn would cost the conversation again plus a reply: when two of those no longer fit the
+    token budget, this turn is the final one."""
+
+    def policy(request, n):
+        if len(request["tools"]) == 1:
+            return submit([labels_in(request)])
+        return fresh_call(n)  # 100 prompt and 20 completion tokens a turn
+
+    budgets = Budgets(turns=20, retries=0, tokens=900, max_output_tokens=200)
+    result, requests = grade_with(policy, budgets=budgets)
+    assert result.status == "graded", result.reason
+    # 2 * (100 + 200) = 600 tokens: 780, 660, then 540 left after turns 1, 2, 3
+    assert result.details["final_turn"] == {"turn": 4, "why": "token budget"}
+    assert len(requests) == 4
+
+
+def test_a_server_that_refuses_required_is_sent_submit_ranking_named_on_the_final_turn() -> None:
+    """llama-cpp-python answers `required` with a 500 but honours a choice naming a function: with one tool
+    offered the two mean the same, so the final turn names submit_ranking rather than falling to "auto"."""
+
+    def policy(request, n):
+        if request.get("tool_choice") == {"type": "function", "function": {"name": "submit_ranking"}}:
+            return submit([labels_in(request)])
+        return fresh_call(n)
+
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    with ScriptedServer(policy, forced_tool_choice="named_only") as server:
+        grader = LLMGrader("scripted", base_url=server.url, seed=7, sandbox=None, budgets=FAST)
+        first = grade_group_sync(group, grader)
+        before = len(server.requests)
+        second = grade_group_sync(group, grader)
+        requests = server.requests
+    assert first.status == second.status == "graded", first.reason
+    named = {"type": "function", "function": {"name": "submit_ranking"}}
+    choices = [r["tool_choice"] for r in requests[:before]]
+    assert choices == ["auto"] * 7 + ["required"] * (FAST.retries + 1) + [named]
+    assert first.details["endpoint"][0].startswith(
+        'tool_choice "required": "auto" sent instead (that tool named where the request offers one tool)'
+    )
+    assert [r["tool_choice"] for r in requests[before:]] == ["auto"] * 7 + [named]  # learnt once
 
 
 def _with(reply: Reply, **changes: Any) -> Reply:

@@ -22,8 +22,11 @@ class Budgets:
     """Wall time of one grading, not counting waits for an LLM or sandbox slot."""
     repairs: int = field(default=2, metadata={"cli": "--max-repairs"})
     """Invalid rankings sent back to the model for repair before the grading fails."""
-    request_timeout: float = 180.0
-    """Seconds one request may take."""
+    request_timeout: float = 300.0
+    """Seconds one request may take. A server that does not stream sends nothing until the whole reply is
+    written: on 2 loaded cores llama-cpp-python took over 180 s for a forced submit_ranking call of Gemma 3
+    270M (its grammar sampling ran at about 1 token/s), and a timeout there costs a resend behind the
+    abandoned generation, which it does not stop."""
     retries: int = 4
     """Retries of a request that failed for a transient reason (429, 5xx, connection). A server error that
     lasts through them is then tried once without each optional field the request carries (a tool_choice
@@ -33,7 +36,9 @@ class Budgets:
     retry_wait_max: float = 20.0
     """Longest wait between retries, in seconds."""
     max_output_tokens: int = field(
-        default=4096, metadata={"cli": "--max-tokens-per-turn", "cli_deprecated": "--max-output-tokens"}
+        default=1024, metadata={"cli": "--max-tokens-per-turn", "cli_deprecated": "--max-output-tokens"}
     )
     """Tokens the model may generate in one turn (the request's `max_tokens`; the whole grading's budget is
-    --max-grading-tokens)."""
+    --max-grading-tokens). A turn is a tool call and a few lines of reasoning, which instruct models write in
+    a few hundred; raise it for models that think at length before each call. A model that writes on (a base
+    model echoing its prompt) costs at most this much a turn."""

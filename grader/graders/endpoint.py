@@ -7,8 +7,9 @@ backoff (tenacity). What a server turns out not to support is learnt once per en
 grading's transcript, and not asked again:
 
 - a whole JSON reply to a streamed request is read as the reply (then replies are requested whole);
-- a refusal naming `stream`, `tool_choice` or `response_format` (a 4xx; for `tool_choice` also a 500) drops
-  that option at once (`tool_choice` other than "auto" becomes "auto");
+- a refusal naming `stream`, `tool_choice` or `response_format` (a 4xx; for the last two also a 500) drops
+  that option at once (`tool_choice` other than "auto" becomes "auto"; "required" with a single tool offered
+  becomes the same choice in the other form, that tool named, unless that form was refused too);
 - a streamed reply that carries no choices is asked again whole;
 - a server error that lasts through every retry of a request carrying `tool_choice` other than "auto",
   `response_format` or `stream` is tried once more without each of them before the call fails;
@@ -61,6 +62,22 @@ _OVERFLOW = re.compile(
     r"|context (length|window|size) (is )?exceeded|too many tokens|prompt is too long",
     re.IGNORECASE,
 )
+
+ToolChoice = str | dict[str, Any]
+"""A `tool_choice`: "auto", "required", "none", or {"type": "function", "function": {"name": ...}}."""
+NAMED = "named function"
+"""How a tool choice that names a function is called in lessons (its form, whatever the name)."""
+
+
+def named_choice(name: str) -> dict[str, Any]:
+    """The `tool_choice` that makes the model call the function `name`."""
+    return {"type": "function", "function": {"name": name}}
+
+
+def _form(choice: ToolChoice | None) -> str:
+    """A tool choice's form: its string, or NAMED for any choice that names a function."""
+    return choice if isinstance(choice, str) or choice is None else NAMED
+
 
 Note = Callable[..., Any]
 """Records an event of the call: `note(kind, **fields)` (a `Transcript.event`)."""
@@ -171,8 +188,11 @@ class _Shape:
     """The optional parts of one call's request, as the endpoint's lessons leave them."""
 
     stream: bool
-    tool_choice: str | None
+    tool_choice: ToolChoice | None
     response_format: dict[str, Any] | None
+    only_tool: str | None = None
+    """The name of the one tool the request offers, if it offers exactly one: "required" and that tool named
+    then mean the same, so a server refusing one form can be sent the other."""
 
     def carries(self, option: str) -> bool:
         if option == "tool_choice":
@@ -499,7 +519,7 @@ class Endpoint:
         messages: list[dict[str, Any]],
         *,
         tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | None = None,
+        tool_choice: ToolChoice | None = None,
         response_format: dict[str, Any] | None = None,
         max_tokens: int,
         deadline: float,
@@ -512,8 +532,9 @@ class Endpoint:
         Args:
             messages: the conversation, in the chat format.
             tools: function schemas offered (None: none).
-            tool_choice: "auto", "required"... (None: not sent); a form the endpoint refused is replaced by
-                "auto" (or left out, if "auto" was refused).
+            tool_choice: "auto", "required", a function named (`named_choice`)... (None: not sent); a form
+                the endpoint refused is replaced by the same choice in its other form where `tools` holds one
+                tool ("required" <-> that tool named), else by "auto" (left out, if "auto" was refused).
             response_format: a structured output constraint (None: not sent; left out once refused).
             max_tokens: tokens the reply may have.
             deadline: `time.monotonic()` by which the reply must be complete; waiting for `slot` moves it.
@@ -540,7 +561,7 @@ class Endpoint:
             body["tools"] = tools
         call = _Call(
             body=body,
-            shape=self._shape(tool_choice, response_format),
+            shape=self._shape(tool_choice, response_format, tools),
             deadline=deadline,
             traffic=traffic if traffic is not None else Traffic(),
             note=note or (lambda kind, **fields: None),
@@ -554,7 +575,8 @@ class Endpoint:
         first = last
         while _blames_options(last) and call.shape.droppable():
             option = call.shape.droppable()[0]
-            call.without.append((option, self._drop(call.shape, option)))
+            tried = [form for _, form in call.without]
+            call.without.append((option, self._drop(call.shape, option, tried)))
             call.traffic.retries += 1
             call.note("fallback", without=option, after=str(last))
             try:
@@ -567,15 +589,34 @@ class Endpoint:
             return reply
         self._fail(call, last)
 
-    def _shape(self, tool_choice: str | None, response_format: dict[str, Any] | None) -> _Shape:
+    def _shape(
+        self,
+        tool_choice: ToolChoice | None,
+        response_format: dict[str, Any] | None,
+        tools: list[dict[str, Any]] | None,
+    ) -> _Shape:
+        only = tools[0]["function"]["name"] if tools is not None and len(tools) == 1 else None
+        shape = _Shape(stream=self._streams, tool_choice=tool_choice, response_format=None, only_tool=only)
         with self._lock:
-            if tool_choice in self._refused_choices:
-                tool_choice = None if "auto" in self._refused_choices else "auto"
-            return _Shape(
-                stream=self._streams,
-                tool_choice=tool_choice,
-                response_format=response_format if self._takes_response_format else None,
-            )
+            while shape.tool_choice is not None and _form(shape.tool_choice) in self._refused_choices:
+                shape.tool_choice = self._instead(shape)
+            if self._takes_response_format:
+                shape.response_format = response_format
+        return shape
+
+    def _instead(self, shape: _Shape, tried: Iterable[str] = ()) -> ToolChoice | None:
+        """What is sent in place of the shape's tool choice once it is refused (under `_lock`): the same
+        choice in its other form where one tool is offered ("required" <-> that tool named), else "auto",
+        else nothing; never a form refused before or in `tried` (forms this call already tried)."""
+        excluded = self._refused_choices | set(tried)
+        form = _form(shape.tool_choice)
+        if shape.only_tool is not None and form in ("required", NAMED):
+            other: ToolChoice = named_choice(shape.only_tool) if form == "required" else "required"
+            if _form(other) not in excluded:
+                return other
+        if form == "auto" or "auto" in excluded:
+            return None
+        return "auto"
 
     def _retried(self, call: _Call) -> Reply:
         budgets = self.budgets
@@ -641,16 +682,15 @@ class Endpoint:
                     self._learn(call, "stream", "stream", "a streamed reply carried no choices")
                     call.traffic.requests += 1
 
-    def _drop(self, shape: _Shape, option: str) -> str:
-        """Takes `option` out of `shape` ("required" becomes "auto" unless "auto" was refused too); returns
-        the form taken out."""
+    def _drop(self, shape: _Shape, option: str, tried: Iterable[str] = ()) -> str:
+        """Takes `option` out of `shape` (a tool choice is replaced as `_instead` says, never by a form in
+        `tried`); returns the form taken out."""
         if option in ("stream", "response_format"):
             setattr(shape, option, False if option == "stream" else None)
             return option
-        refused = str(shape.tool_choice)
+        refused = _form(shape.tool_choice)
         with self._lock:
-            auto_refused = "auto" in self._refused_choices
-        shape.tool_choice = None if refused == "auto" or auto_refused else "auto"
+            shape.tool_choice = self._instead(shape, {refused, *tried})
         return refused
 
     def _learn(self, call: _Call, option: str, form: str, cause: str) -> None:
@@ -667,7 +707,12 @@ class Endpoint:
             else:
                 self._refused_choices.add(form)
                 instead = "left out" if "auto" in self._refused_choices else '"auto" sent instead'
-                lesson = Lesson(option, f'tool_choice "{form}"', instead, cause)
+                other = {"required": NAMED, NAMED: "required"}.get(form)
+                if other is not None and other not in self._refused_choices:
+                    alternative = "that tool named" if other == NAMED else '"required"'
+                    instead += f" ({alternative} where the request offers one tool)"
+                refused = NAMED if form == NAMED else f'"{form}"'
+                lesson = Lesson(option, f"tool_choice {refused}", instead, cause)
             self._lessons.setdefault((option, form), lesson)
         call.note("learnt", **lesson.as_dict())
 
@@ -775,12 +820,12 @@ class Endpoint:
 
 
 def _named_refusal(failure: _StatusFailure, shape: _Shape) -> str | None:
-    """The option of the request a refusal names, if any: a 4xx naming it, or a 500 naming `tool_choice`
-    (llama-cpp-python's server answers some forms so)."""
+    """The option of the request a refusal names, if any: a 4xx naming it, or a 500 naming `tool_choice` or
+    `response_format` (llama-cpp-python's server answers some forms of each so)."""
     if failure.status in TRANSIENT or not 400 <= failure.status <= 500:
         return None
     for option in OPTIONS:
-        answerable = failure.status < 500 or option == "tool_choice"
+        answerable = failure.status < 500 or option in ("tool_choice", "response_format")
         if answerable and shape.carries(option) and _NAMES[option].search(failure.message):
             return option
     return None

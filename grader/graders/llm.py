@@ -8,6 +8,7 @@ group passes through unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -41,7 +42,16 @@ from grader.workspace import ref_name
 
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
 FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
+FINAL = (
+    "Call submit_ranking now: this is your last turn. Rank every candidate exactly once ({labels}), in tie "
+    "groups best first, with a one-sentence reason for each and your confidence from 0 to 1."
+)
 SILENT_TURNS_BEFORE_FORCING = 2
+UNANSWERED = "no tool call when forced"
+REPEATED = "only calls already answered"
+"""Why a final turn follows a forced turn the model answered without any tool call: it will not inspect, so
+what it can still do is submit (under "auto", which a server refusing "required" falls back to, Gemma 3 270M
+on llama-cpp-python answered 21 forced turns in a row with an empty message)."""
 CUT = "Your reply was cut at the limit of {limit} tokens a turn: keep replies and arguments shorter. "
 
 
@@ -112,6 +122,14 @@ def _note_lessons(details: dict[str, Any], known: list[Lesson], transcript: Tran
         details["endpoint"] = list(dict.fromkeys(lessons))
 
 
+def _call_key(name: str, arguments: Any) -> str:
+    """A tool call as one comparable string: its name and its arguments, decoded where they are JSON."""
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            arguments = json.loads(arguments or "{}")
+    return f"{name} {json.dumps(arguments, sort_keys=True)}"
+
+
 def _arguments_text(arguments: Any) -> str:
     """A tool call's arguments as the JSON string the chat format expects in the history (some servers send
     an object)."""
@@ -178,7 +196,7 @@ class LLMGrader:
                 transcript.event("endpoint", learnt=[lesson.as_dict() for lesson in known])
             for tid, hits in flags.items():
                 transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
-            submission = self._loop(toolbox, candidates.order, view, transcript, usage)
+            submission = self._loop(toolbox, candidates.order, view, transcript, usage, details)
         except GradingFailed as exc:
             _note_lessons(details, known, transcript)
             transcript.event("failed", reason=str(exc), usage=usage.as_dict())
@@ -205,8 +223,20 @@ class LLMGrader:
     # -- the loop ----------------------------------------------------------------------------------------
 
     def _loop(
-        self, toolbox: Toolbox, labels: list[str], view: GradingView, transcript: Transcript, usage: _Usage
+        self,
+        toolbox: Toolbox,
+        labels: list[str],
+        view: GradingView,
+        transcript: Transcript,
+        usage: _Usage,
+        details: dict[str, Any],
     ) -> Submission:
+        """Turns until the model submits a valid ranking; a forced final turn is recorded in `details`
+        ("final_turn": its number and the budget that called for it).
+
+        Raises:
+            GradingFailed: a budget ran out first, or the endpoint failed (the reason says which).
+        """
         budgets = self.config.budgets
         began = time.monotonic()
 
@@ -220,21 +250,55 @@ class LLMGrader:
         repairs = 0
         silent = 0  # consecutive answers without a tool call
         forcing = False
+        final: str | None = None  # why the submission is forced with submit_ranking alone, once it is
+        stalled: str | None = None  # UNANSWERED or REPEATED once the model stops making progress
+        # An answer without a tool call is answered in the next turn's user message (cut note, reminder),
+        # which an instruction to submit replaces: one user turn, as templates that alternate want.
+        pending: tuple[str, str] | None = None
+        answered: set[str] = set()  # the calls made so far (name and arguments)
+        slowest = 0.0  # the longest turn so far (request and tools), to tell when the wall budget is near
+        last_prompt = 0  # prompt tokens of the latest request: the least the next one costs
+        turn_began: float | None = None
         for turn in range(1, budgets.turns + 1):
-            if not forcing and (silent >= SILENT_TURNS_BEFORE_FORCING or turn == budgets.turns):
-                # Force the submission: `required` (what llama.cpp, vLLM and OpenAI all take; in structured
+            now = time.monotonic()
+            if turn_began is not None:
+                slowest = max(slowest, now - turn_began)
+            turn_began = now
+            why = final or stalled or self._last_turn(turn, usage, last_prompt, deadline() - now, slowest)
+            if final is None and why is not None:
+                # The last turn the budgets leave: submit_ranking alone is offered, and required (a server
+                # that refuses "required" is sent it named instead), so the grading ends in the model's own
+                # ranking, validated as ever, rather than on a budget.
+                final, forcing = why, True
+                details["final_turn"] = {"turn": turn, "why": why}
+                text = (pending[0] if pending else "") + FINAL.format(labels=", ".join(labels))
+                messages.append({"role": "user", "content": text})
+                transcript.event("message", role="user", content=text, forced="final", why=why)
+            elif not forcing and silent >= SILENT_TURNS_BEFORE_FORCING:
+                # Force a tool call: `required` (what llama.cpp, vLLM and OpenAI all take; in structured
                 # text mode, a schema of submit_ranking alone) plus an appended instruction; the tool list
                 # stays as it was, so the history stays append-only.
                 forcing = True
-                messages.append({"role": "user", "content": FORCE})
-                transcript.event("message", role="user", content=FORCE, forced=True)
+                text = (pending[0] if pending else "") + FORCE
+                messages.append({"role": "user", "content": text})
+                transcript.event("message", role="user", content=text, forced=True)
+            elif pending:
+                messages.append({"role": "user", "content": pending[0] + pending[1]})
+                transcript.event("message", role="user", content=pending[0] + pending[1])
+            pending = None
             if usage.total_tokens >= budgets.tokens:
                 raise GradingFailed(f"token budget exhausted ({usage.total_tokens:,} >= {budgets.tokens:,})")
             if usage.tool_output_chars >= budgets.tool_output_chars:
                 raise GradingFailed(f"tool output budget exhausted ({usage.tool_output_chars:,} characters)")
             choice = "required" if forcing else "auto"
-            reply = self._complete(messages, toolbox, native, deadline(), transcript, usage, choice)
+            prompt_before = usage.prompt_tokens
+            only = final is not None
+            reply = self._complete(messages, toolbox, native, deadline(), transcript, usage, choice, only)
+            last_prompt = usage.prompt_tokens - prompt_before
             calls = self._calls(reply, native, toolbox.markers)
+            # Results of calls written as text (a response_format in native mode) go back as user turns: a
+            # tool message would answer a call the history does not have.
+            native_calls = native and bool(reply.tool_calls)
             assistant: dict[str, Any] = {"role": "assistant", "content": reply.content or ""}
             if native and reply.tool_calls:
                 assistant["tool_calls"] = [
@@ -254,12 +318,19 @@ class LLMGrader:
                 tool_calls=[{"id": cid, "name": n, "arguments": a} for cid, n, a in calls],
             )
             silent = 0 if calls else silent + 1
+            made = {_call_key(name, arguments) for _, name, arguments in calls}
+            if calls and final is None and made <= answered:
+                # Every call repeats one already answered: its results are in the history, and a model at
+                # temperature 0 that loops on them will not stop (Gemma 3 270M echoing its prompt on
+                # llama-server made the same seven calls each turn). What it can still do is submit.
+                stalled = REPEATED
+            answered |= made
             # Cut at the per-turn limit: say so, so the model answers shorter rather than repeating itself.
             cut = CUT.format(limit=self._max_tokens(usage)) if reply.finish_reason == "length" else ""
             if not calls:
-                reminder = cut + (FORCE if forcing else NUDGE)  # a user turn either way: templates alternate
-                messages.append({"role": "user", "content": reminder})
-                transcript.event("message", role="user", content=reminder)
+                if forcing:
+                    stalled = UNANSWERED
+                pending = (cut, FORCE if forcing else NUDGE)
                 continue
             for call_id, name, arguments in calls:
                 usage.tool_calls += 1
@@ -280,7 +351,7 @@ class LLMGrader:
                             call_id,
                             name,
                             f"error: {exc}" + (f" ({cut.strip()})" if cut else ""),
-                            native,
+                            native_calls,
                             started,
                             True,
                         )
@@ -291,6 +362,7 @@ class LLMGrader:
                         ranking=submission.labels,
                         confidence=submission.confidence,
                         usage=usage.as_dict(),
+                        final=final,
                     )
                     return submission
                 try:
@@ -298,7 +370,7 @@ class LLMGrader:
                 except ToolError as exc:
                     output, is_error = f"error: {exc}" + (f" ({cut.strip()})" if cut else ""), True
                 usage.tool_output_chars += len(output)
-                self._reply(messages, transcript, call_id, name, output, native, started, is_error)
+                self._reply(messages, transcript, call_id, name, output, native_calls, started, is_error)
             if time.monotonic() > deadline():
                 raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)")
         raise GradingFailed(f"turn budget exhausted ({budgets.turns} turns) without a valid ranking")
@@ -369,9 +441,14 @@ class LLMGrader:
         transcript: Transcript,
         usage: _Usage,
         tool_choice: str = "auto",
+        only_submit: bool = False,
     ) -> Reply:
         """The model's reply to the conversation, its usage counted (estimated where the server reported
-        none, so the token budget still binds).
+        none, so the token budget still binds). `only_submit`: submit_ranking is the one tool offered, under
+        `tool_choice` "required", and the one call a `response_format` admits (in any mode): llama-server
+        reads "required" as a call at the end of the reply, after any text, so a base model that echoes its
+        prompt never reaches it, while a `response_format` holds the reply to the JSON call from its first
+        token (a text call, which the loop parses in native mode too).
 
         Raises:
             GradingFailed: the wall budget ran out, the conversation overflowed the model's context, or the
@@ -384,11 +461,16 @@ class LLMGrader:
         started = time.monotonic()
         try:
             # Explicit tool_choice: OpenAI reads a missing one as "auto", llama.cpp's Python server as "none".
+            tools = toolbox.schemas()
+            if only_submit:
+                tools = [tool for tool in tools if tool["function"]["name"] == SUBMIT]
             reply = self.endpoint.complete(
                 messages,
-                tools=toolbox.schemas() if native else None,
+                tools=tools if native else None,
                 tool_choice=tool_choice if native else None,
-                response_format=_reply_format(toolbox, tool_choice == "required") if structured else None,
+                response_format=_reply_format(toolbox, only_submit or tool_choice == "required")
+                if structured or only_submit
+                else None,
                 max_tokens=self._max_tokens(usage),
                 deadline=deadline,
                 traffic=usage,
@@ -419,6 +501,21 @@ class LLMGrader:
         return reply
 
     # -- helpers -----------------------------------------------------------------------------------------
+
+    def _last_turn(
+        self, turn: int, usage: _Usage, last_prompt: int, seconds_left: float, slowest: float
+    ) -> str | None:
+        """Which budget makes this turn the last one that surely fits, if one does: the turns; the tokens
+        (another turn costs at least the conversation again plus a reply); the wall time (less than two of
+        the slowest turns so far left)."""
+        budgets = self.config.budgets
+        if turn >= budgets.turns:
+            return "turn budget"
+        if budgets.tokens - usage.total_tokens < 2 * (last_prompt + budgets.max_output_tokens):
+            return "token budget"
+        if slowest > 0 and seconds_left < 2 * slowest:
+            return "wall-time budget"
+        return None
 
     def _max_tokens(self, usage: _Usage) -> int:
         """Tokens one turn may generate: the per-turn cap, and never past what the token budget has left, so

@@ -142,7 +142,8 @@ def constrain_labels(
 ) -> list[dict[str, Any]]:
     """A copy of `tools` (chat-completions format) whose label arguments are each an `enum` of a grading's
     labels (`ranked`: the candidates shown, `contrast`: the failing ones shown for contrast), its arrays
-    bounded by `maxItems`: exactly what that grading sends, so a distilled example can carry it too."""
+    bounded by `maxItems`, and a confidence from 0 to 1 one of the tenths: exactly what that grading sends, so
+    a distilled example can carry it too."""
     shown = [*ranked, *contrast]
     labels: dict[str, list[str]] = {
         "candidate": shown,
@@ -162,6 +163,11 @@ def constrain_labels(
                 schema = schema["items"]
             if schema.get("type") == "string":
                 schema["enum"] = allowed
+        confidence = tool["function"]["parameters"].get("properties", {}).get("confidence")
+        if confidence is not None and (confidence.get("minimum"), confidence.get("maximum")) == (0, 1):
+            # Tenths, listed: grammars hold a number to an enum but not to a minimum and maximum (llama.cpp's
+            # held Gemma 3 270M to neither: it wrote 1000000000000000 on every repair).
+            confidence["enum"] = [round(tenth / 10, 1) for tenth in range(11)]
     return tools
 
 
