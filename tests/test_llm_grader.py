@@ -171,6 +171,9 @@ def test_malformed_json_arguments_go_back_to_the_model() -> None:
     assert result.status == "graded"
     last = requests[-1]["messages"][-1]
     assert last["role"] == "tool" and "not valid JSON" in last["content"]
+    # The call goes back as JSON holding the model's text: llama-server re-parses every call of the history.
+    (call,) = requests[-1]["messages"][-2]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"invalid_json": '{"candidate": "C-'}
 
 
 def test_a_hallucinated_label_then_a_repair() -> None:

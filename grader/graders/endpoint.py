@@ -722,7 +722,7 @@ class Endpoint:
             raise EndpointFailed(f"endpoint returned no choices ({failure})")
         if time.monotonic() >= call.deadline - 0.05:  # the request was cut short by the deadline
             raise DeadlinePassed(f"the deadline passed: {failure}")
-        dropped = " and ".join(option for option, _ in call.without)
+        dropped = " and ".join(dict.fromkeys(option for option, _ in call.without))
         without = f", then once without {dropped}" if dropped else ""
         if failure.retryable:
             attempts = call.attempts - len(call.without)

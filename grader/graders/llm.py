@@ -135,8 +135,17 @@ def _call_key(name: str, arguments: Any) -> str:
 
 def _arguments_text(arguments: Any) -> str:
     """A tool call's arguments as the JSON string the chat format expects in the history (some servers send
-    an object)."""
-    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+    an object). Arguments that are not a JSON object (a reply cut mid-call) go back as one that holds their
+    text, {"invalid_json": ...}: llama-server parses every call of the history and answers HTTP 500 "Failed to
+    parse tool call arguments as JSON" to each later turn otherwise (a default-options grading failed so when
+    Gemma 3 270M's reply was cut at the turn limit inside a call). The call's result says what was wrong."""
+    if not isinstance(arguments, str):
+        return json.dumps(arguments)
+    try:
+        parsed = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        parsed = None
+    return arguments if isinstance(parsed, dict) else json.dumps({"invalid_json": arguments})
 
 
 class LLMGrader:
