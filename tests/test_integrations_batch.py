@@ -279,7 +279,7 @@ def test_flagged_trajectory_is_ranked_last_among_passing() -> None:
     unguarded = BatchGrader(HeuristicGrader(), VERL_LIKE, guard=off)
     unguarded.submit(rows)
     ids = [r["idx"] for r in rows]
-    # Without the guard nothing ranks it last: the heuristic's own signals keep it above the lowest passing one
+    # Without the guard nothing ranks it last: the heuristic's own signals keep it above the lowest one
     # (not first since v6: its changed line, trailing comment and all, differs from the other candidates').
     free = dict(zip(ids, unguarded.weights(rows).weights, strict=True))
     assert free["clean"] > min(free[t] for t in passing)
