@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.cachedirs import data_cache
 from grader.errors import GagarError, GitError, InputFileError
 from grader.evaluation.recipe import (
     Candidate,
@@ -40,7 +41,7 @@ from grader.evaluation.recipe import (
 from grader.filelock import file_lock
 from grader.gitcmd import git
 from grader.gitcmd import out as git_out
-from grader.mirrors import MirrorCache, default_cache_dir, has_commit
+from grader.mirrors import MirrorCache, has_commit
 from grader.sandbox.swebench import swebench_environment
 
 TRACKS = ("preference", "verification")
@@ -61,9 +62,9 @@ class NotPrepared(GagarError, FileNotFoundError):
 
 
 def prepared_root() -> Path:
-    """Where prepared benchmarks live: the `benchmarks` folder beside the mirror cache
-    (`$GAGAR_CACHE/benchmarks`, else `~/.cache/gagar/benchmarks`)."""
-    return default_cache_dir().parent / "benchmarks"
+    """Where prepared benchmarks live: `benchmarks` in the data cache (`grader.cachedirs`: `$GAGAR_CACHE`,
+    else `~/.cache/gagar`), beside the mirrors."""
+    return data_cache() / "benchmarks"
 
 
 def github_url(repository: str) -> str:
