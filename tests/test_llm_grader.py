@@ -676,11 +676,99 @@ def test_max_tokens_never_exceeds_what_the_token_budget_has_left() -> None:
         },
     ],
 )
-def test_a_context_overflow_fails_at_once_naming_the_limit(body: dict[str, Any]) -> None:
+def test_a_context_overflow_with_nothing_to_leave_out_fails_naming_the_limit(body: dict[str, Any]) -> None:
     result, requests = grade_with(lambda request, n: Reply(body, status=400) if n else inspector(request, n))
     assert_unchanged(result)
-    assert result.reason.startswith("llm: context overflow") or "context overflow" in result.reason
-    assert "8,192 tokens" in result.reason and len(requests) == 2  # not retried
+    assert "context overflow" in result.reason and "8,192 tokens" in result.reason
+    # Never retried as it was: sent once more as the final turn without the one earlier turn, then failed.
+    assert len(requests) == 3 and len(requests[2]["messages"]) == 3
+    assert [t["function"]["name"] for t in requests[2]["tools"]] == ["submit_ranking"]
+
+
+OVERFLOW = {
+    "error": {
+        "code": 400,
+        "message": "request (9000 tokens) exceeds the available context size (8192 tokens), try "
+        "increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": 9000,
+        "n_ctx": 8192,
+    }
+}
+
+
+def diffs_until_the_context_is_full(most_messages: int):
+    """A model that diffs candidates in turn (never submitting on its own) on a server whose context holds
+    `most_messages` messages, each a thousand tokens; offered submit_ranking alone, it ranks the labels in
+    the order shown."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        size = len(request["messages"])
+        if size > most_messages:
+            return Reply(OVERFLOW, status=400)
+        labels, usage = labels_in(request), (1000 * size, 20)
+        if [t["function"]["name"] for t in request["tools"]] == ["submit_ranking"]:
+            tiers = {label: i for i, label in enumerate(labels, start=1)}
+            arguments = {"tiers": tiers, "reasons": {}, "confidence": 0.5}
+            return tool_calls(("submit_ranking", arguments), usage=usage)
+        return tool_calls(("diff", {"candidate": labels[n % len(labels)]}), usage=usage)
+
+    return policy
+
+
+def test_a_context_overflow_ends_in_the_final_turn_on_the_latest_turns(tmp_path: Path) -> None:
+    """A conversation the server refuses for its size is sent again as the final turn: the opening, the later
+    half of the turns and a message that says what was left out; the grading ends in the model's own ranking
+    and the transcript says which messages the model no longer saw."""
+    result, requests = grade_with(diffs_until_the_context_is_full(8), tmp_path=tmp_path)
+    assert result.status == "graded", result.reason
+    assert result.details["final_turn"] == {"turn": 5, "why": "context window"}
+    refused, final = requests[4], requests[5]
+    assert len(refused["messages"]) == 10
+    # Of the four turns (assistant and tool message each), the first two were left out.
+    assert final["messages"][:2] == refused["messages"][:2]
+    assert final["messages"][2:6] == refused["messages"][6:10]
+    told = final["messages"][-1]
+    assert told["role"] == "user" and told["content"].startswith("Your 4 earlier message(s)")
+    assert "this is your last turn" in told["content"]
+    events = read_transcript(result.transcript)
+    (left_out,) = [e for e in events if e["type"] == "left_out"]
+    assert left_out["slices"] == [[2, 6]] and left_out["context_tokens"] == 8192
+    assert left_out["prompt_tokens"] == 9000 and "context overflow" in left_out["reason"]
+
+
+def test_an_overflow_halves_the_turns_kept_until_the_final_turn_fits() -> None:
+    result, requests = grade_with(diffs_until_the_context_is_full(4))
+    assert result.status == "graded", result.reason
+    sizes = [len(r["messages"]) for r in requests]
+    # Turns 1-2 fit (2 and 4 messages); turn 3 (6) is refused, then 2 + 1 turn + 1 (5), then 2 + 0 + 1.
+    assert sizes == [2, 4, 6, 5, 3]
+
+
+def test_the_conversation_the_model_saw_is_rebuilt_from_a_shortened_transcript(tmp_path: Path) -> None:
+    from grader.distill.sft import messages_from_events
+
+    result, requests = grade_with(diffs_until_the_context_is_full(8), tmp_path=tmp_path)
+    rebuilt = messages_from_events(read_transcript(result.transcript))
+    sent = requests[-1]["messages"]
+    assert [m["role"] for m in rebuilt] == [m["role"] for m in sent] + ["assistant"]
+    assert [m.get("content") for m in rebuilt[:-1]] == [m.get("content") for m in sent]
+
+
+def test_after_an_overflow_the_endpoint_ends_later_gradings_before_the_context_is_full() -> None:
+    """The limit an overflow named is kept by the endpoint: a later grading's final turn comes while its
+    conversation still fits, with nothing left out."""
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    with ScriptedServer(diffs_until_the_context_is_full(8)) as server:
+        grader = LLMGrader("scripted", base_url=server.url, budgets=FAST, sandbox=None, seed=7)
+        first = grade_group_sync(group, grader)
+        assert grader.endpoint.context_tokens == 8192
+        before = len(server.requests)
+        second = grade_group_sync(group, grader)
+        later = server.requests[before:]
+    assert first.status == second.status == "graded"
+    assert second.details["final_turn"] == {"turn": 3, "why": "context window"}
+    assert [len(r["messages"]) for r in later] == [2, 4, 7]
 
 
 def test_structured_text_mode_constrains_each_reply_to_one_tool_call() -> None:

@@ -27,7 +27,8 @@ class NotAnExample(GagarError, ValueError):
 
 
 def messages_from_events(events: Iterable[dict[str, Any]]) -> list[Message]:
-    """The conversation a grading held, rebuilt from its transcript events, ending at the submission.
+    """The conversation a grading held, rebuilt from its transcript events, ending at the submission: as the
+    model last saw it, where the grader left messages out to fit the model's context ("left_out" events).
 
     Args:
         events: the transcript's events (`grader.transcript`), of a native tool-calling grading.
@@ -63,6 +64,9 @@ def messages_from_events(events: Iterable[dict[str, Any]]) -> list[Message]:
                     "content": event["content"],
                 }
             )
+        elif kind == "left_out":  # the grader shortened the conversation to fit the model's context
+            for start, stop in sorted(event.get("slices") or [], reverse=True):
+                del messages[int(start) : int(stop)]
         elif kind == "submitted":
             submitted = True
             break

@@ -90,7 +90,17 @@ class EndpointFailed(GagarError):
 
 class ContextOverflow(EndpointFailed):
     """The server refused the conversation for not fitting the model's context (the message names the limit
-    where the server gives it). Never retried."""
+    where the server gives it). Never retried: the caller shortens the conversation or fails.
+
+    Attributes:
+        limit: the model's context in tokens, where the server names it, else None.
+        prompt_tokens: the refused conversation's size in tokens, where the server names it, else None.
+    """
+
+    def __init__(self, reason: str, limit: int | None = None, prompt_tokens: int | None = None) -> None:
+        super().__init__(reason)
+        self.limit = limit
+        self.prompt_tokens = prompt_tokens
 
 
 class DeadlinePassed(EndpointFailed):
@@ -245,8 +255,9 @@ def _error_in_body(body: dict[str, Any], fallback: str) -> _StatusFailure:
     return _StatusFailure(status, _message_of(body, fallback), body)
 
 
-def _context_overflow(status: int, message: str, body: Any) -> str | None:
-    """The reason to fail with when a server refused a request for not fitting the model's context, else None.
+def _context_overflow(status: int, message: str, body: Any) -> ContextOverflow | None:
+    """The failure a server's refusal stands for when it refused a request for not fitting the model's
+    context, else None.
 
     llama.cpp answers 400 `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`; vLLM 400 "This
     model's maximum context length is N tokens..."; OpenAI `context_length_exceeded`. The reason names the
@@ -263,11 +274,19 @@ def _context_overflow(status: int, message: str, body: Any) -> str | None:
     if limit is None:
         match = re.search(r"(?:maximum context length is|context size \(|context window of)\s*(\d+)", text)
         limit = int(match.group(1)) if match else None
+    if prompt is None:  # vLLM: "... you requested 9000 tokens (8000 in the messages, 1000 in the completion)"
+        match = re.search(r"\((\d+) in the messages", text)
+        prompt = int(match.group(1)) if match else None
     size = f" ({prompt:,} prompt tokens)" if isinstance(prompt, int) else ""
     bound = f"the model's context of {limit:,} tokens" if isinstance(limit, int) else "the model's context"
-    return (
+    reason = (
         f"context overflow: the conversation{size} no longer fits {bound}; give the server a larger context "
         f"or lower the tool output budget (HTTP {status}: {message[:200]})"
+    )
+    return ContextOverflow(
+        reason,
+        limit if isinstance(limit, int) else None,
+        prompt if isinstance(prompt, int) else None,
     )
 
 
@@ -494,12 +513,18 @@ class Endpoint:
         self._refused_choices: set[str] = set()
         self._streams = stream
         self._takes_response_format = True
+        self._context_tokens: int | None = None
 
     @property
     def lessons(self) -> list[Lesson]:
         """What this endpoint refused so far, in the order learnt."""
         with self._lock:
             return list(self._lessons.values())
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context in tokens, as the first context overflow that named it said; None before."""
+        return self._context_tokens
 
     def close(self) -> None:
         """Closes the connection pool (idempotent); a `complete` call after it raises RuntimeError."""
@@ -668,7 +693,9 @@ class Endpoint:
                 except _StatusFailure as failure:
                     overflow = _context_overflow(failure.status, failure.message, failure.body)
                     if overflow:
-                        raise ContextOverflow(overflow) from None
+                        if overflow.limit is not None:
+                            self._context_tokens = overflow.limit
+                        raise overflow from None
                     named = _named_refusal(failure, call.shape)
                     if named is None:
                         raise

@@ -22,7 +22,15 @@ from typing import Any
 from grader.errors import GradingFailed
 from grader.graders.base import Grade
 from grader.graders.budgets import Budgets
-from grader.graders.endpoint import DeadlinePassed, Endpoint, EndpointFailed, Lesson, Reply, Traffic
+from grader.graders.endpoint import (
+    ContextOverflow,
+    DeadlinePassed,
+    Endpoint,
+    EndpointFailed,
+    Lesson,
+    Reply,
+    Traffic,
+)
 from grader.graders.llm_config import LLMConfig
 from grader.graders.tools import (
     MAX_RUN_TIMEOUT,
@@ -54,6 +62,9 @@ REPEATED = "only calls already answered"
 what it can still do is submit (under "auto", which a server refusing "required" falls back to, Gemma 3 270M
 on llama-cpp-python answered 21 forced turns in a row with an empty message)."""
 CUT = "Your reply was cut at the limit of {limit} tokens a turn: keep replies and arguments shorter. "
+CONTEXT = "context window"
+"""Why the final turn comes when the conversation nears or passes the model's context."""
+LEFT_OUT = "Your {count} earlier message(s) and their tool results were left out to fit the model's context. "
 
 
 @dataclass
@@ -244,7 +255,9 @@ class LLMGrader:
         details: dict[str, Any],
     ) -> Submission:
         """Turns until the model submits a valid ranking; a forced final turn is recorded in `details`
-        ("final_turn": its number and the budget that called for it).
+        ("final_turn": its number and the budget that called for it). A request the server refuses for not
+        fitting the model's context is sent again as the final turn, its oldest turns left out
+        (`_shortened`).
 
         Raises:
             GradingFailed: a budget ran out first, or the endpoint failed (the reason says which).
@@ -270,13 +283,19 @@ class LLMGrader:
         answered: set[str] = set()  # the calls made so far (name and arguments)
         slowest = 0.0  # the longest turn so far (request and tools), to tell when the wall budget is near
         last_prompt = 0  # prompt tokens of the latest request: the least the next one costs
+        growth = 0  # what the latest turn added to the prompt: about what the next one adds
         turn_began: float | None = None
         for turn in range(1, budgets.turns + 1):
             now = time.monotonic()
             if turn_began is not None:
                 slowest = max(slowest, now - turn_began)
             turn_began = now
-            why = final or stalled or self._last_turn(turn, usage, last_prompt, deadline() - now, slowest)
+            why = (
+                final
+                or stalled
+                or self._last_turn(turn, usage, last_prompt, growth, deadline() - now, slowest)
+            )
+            asked_at = len(messages)  # where this turn's user message goes, if it has one
             if final is None and why is not None:
                 # The last turn the budgets leave: submit_ranking alone is offered, and required (a server
                 # that refuses "required" is sent it named instead), so the grading ends in the model's own
@@ -305,7 +324,21 @@ class LLMGrader:
             choice = "required" if forcing else "auto"
             prompt_before = usage.prompt_tokens
             only = final is not None
-            reply = self._complete(messages, toolbox, native, deadline(), transcript, usage, choice, only)
+            while True:
+                try:
+                    reply = self._complete(
+                        messages, toolbox, native, deadline(), transcript, usage, choice, only
+                    )
+                    break
+                except ContextOverflow as overflow:
+                    # The final turn, on what still fits: submit_ranking alone, on the opening and the most
+                    # recent turns (the model can still rank on what it saw last rather than fail the group).
+                    messages = self._shortened(messages, asked_at, overflow, labels, transcript)
+                    asked_at = len(messages) - 1
+                    if final is None:
+                        final, forcing, choice, only = CONTEXT, True, "required", True
+                        details["final_turn"] = {"turn": turn, "why": CONTEXT}
+            growth = max(0, usage.prompt_tokens - prompt_before - last_prompt)
             last_prompt = usage.prompt_tokens - prompt_before
             calls = self._calls(reply, native, toolbox.markers)
             # Results of calls written as text (a response_format in native mode) go back as user turns: a
@@ -387,6 +420,45 @@ class LLMGrader:
                 raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)")
         raise GradingFailed(f"turn budget exhausted ({budgets.turns} turns) without a valid ranking")
 
+    @staticmethod
+    def _shortened(
+        messages: list[dict],
+        asked_at: int,
+        overflow: ContextOverflow,
+        labels: list[str],
+        transcript: Transcript,
+    ) -> list[dict]:
+        """The conversation as the final turn sends it after `overflow`: the opening (system prompt and task),
+        the later half of the turns before `asked_at` (each turn an assistant message and what answered it),
+        and a last user message that says what was left out and asks for the ranking. The transcript gets a
+        "left_out" event with the slices of `messages` dropped, so the conversation the model saw can be
+        rebuilt from it (`grader.distill.sft`).
+
+        Raises:
+            GradingFailed: nothing is left to leave out (the overflow's reason).
+        """
+        opening = 2
+        starts = [i for i in range(opening, asked_at) if messages[i]["role"] == "assistant"]
+        if asked_at > opening and (not starts or starts[0] != opening):
+            starts.insert(0, opening)  # a user message before the first reply (an earlier final turn's)
+        if not starts:
+            raise GradingFailed(str(overflow))
+        kept_from = starts[(len(starts) + 1) // 2] if len(starts) > 1 else asked_at
+        slices = [[opening, kept_from], [asked_at, len(messages)]]
+        slices = [s for s in slices if s[1] > s[0]]
+        dropped = kept_from - opening
+        transcript.event(
+            "left_out",
+            slices=slices,
+            reason=str(overflow),
+            context_tokens=overflow.limit,
+            prompt_tokens=overflow.prompt_tokens,
+        )
+        text = LEFT_OUT.format(count=dropped) + FINAL.format(labels=", ".join(labels))
+        shortened = messages[:opening] + messages[kept_from:asked_at] + [{"role": "user", "content": text}]
+        transcript.event("message", role="user", content=text, forced="final", why=CONTEXT)
+        return shortened
+
     def _opening(self, toolbox: Toolbox, labels: list[str], view: GradingView, native: bool) -> list[dict]:
         system = self.prompts.system
         if self.config.candidates_may_fail:
@@ -463,8 +535,8 @@ class LLMGrader:
         token (a text call, which the loop parses in native mode too).
 
         Raises:
-            GradingFailed: the wall budget ran out, the conversation overflowed the model's context, or the
-                endpoint gave no reply (the reason says which).
+            GradingFailed: the wall budget ran out, or the endpoint gave no reply (the reason says which).
+            ContextOverflow: the conversation does not fit the model's context.
         """
         budgets = self.config.budgets
         if deadline - time.monotonic() <= 0:
@@ -489,6 +561,8 @@ class LLMGrader:
             )
         except DeadlinePassed:
             raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)") from None
+        except ContextOverflow:
+            raise  # the loop shortens the conversation
         except EndpointFailed as exc:
             raise GradingFailed(str(exc)) from None
         reported = reply.usage
@@ -513,16 +587,20 @@ class LLMGrader:
     # -- helpers -----------------------------------------------------------------------------------------
 
     def _last_turn(
-        self, turn: int, usage: _Usage, last_prompt: int, seconds_left: float, slowest: float
+        self, turn: int, usage: _Usage, last_prompt: int, growth: int, seconds_left: float, slowest: float
     ) -> str | None:
         """Which budget makes this turn the last one that surely fits, if one does: the turns; the tokens
-        (another turn costs at least the conversation again plus a reply); the wall time (less than two of
-        the slowest turns so far left)."""
+        (another turn costs at least the conversation again plus a reply); the model's context, once an
+        overflow on this endpoint named it (two more turns like the last one and a reply would not fit);
+        the wall time (less than two of the slowest turns so far left)."""
         budgets = self.config.budgets
         if turn >= budgets.turns:
             return "turn budget"
         if budgets.tokens - usage.total_tokens < 2 * (last_prompt + budgets.max_output_tokens):
             return "token budget"
+        context = self.endpoint.context_tokens
+        if context is not None and last_prompt + 2 * growth + budgets.max_output_tokens > context:
+            return CONTEXT
         if slowest > 0 and seconds_left < 2 * slowest:
             return "wall-time budget"
         return None

@@ -142,6 +142,11 @@ def to_steps(events: list[dict[str, Any]], legend: dict[str, str] | None = None)
                 else f"tried once without {event.get('without')} after: {event.get('after')}"
             )
             steps.append(Step(t, kind, title, problem=True))
+        elif kind == "left_out":  # the conversation overflowed the model's context: its oldest turns went
+            slices = event.get("slices") or []
+            count = sum(int(stop) - int(start) for start, stop in slices)
+            title = f"left out {count} message(s) to fit the model's context, then the final turn"
+            steps.append(Step(t, kind, title, str(event.get("reason") or ""), problem=True))
         elif kind == "invalid_ranking":
             title = f"invalid ranking (repair {event.get('repair')}): {event.get('problem')}"
             steps.append(Step(t, kind, title, problem=True))
