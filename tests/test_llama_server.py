@@ -184,3 +184,20 @@ def test_grading_the_bundled_example_with_default_options(llama_server: LlamaSer
     validated ranking."""
     _, _, transcript = grade_with_defaults(llama_server.url, llama_server.alias, tmp_path / "run")
     assert not [e for e in transcript if e["type"] == "learnt"], "llama-server supports every default"
+
+
+def test_a_conversation_outgrowing_the_context_ends_in_the_final_turn_on_what_fits(
+    llama_server: LlamaServer, tmp_path: Path
+) -> None:
+    """Default options on a server whose context holds the opening (about 2,100 tokens) and one turn of Gemma
+    3 270M echoing its prompt (1,024 tokens a turn), not three: llama-server refuses the third turn for its
+    size, and the loop sends the final turn on the opening and the latest turn instead; the grading ends in
+    the model's validated ranking, the transcript naming what was left out and the limit."""
+    with LlamaServer(llama_server.binary, llama_server.model, context=4096) as small:
+        _, result, events = grade_with_defaults(small.url, small.alias, tmp_path / "run")
+    assert result.details["final_turn"]["why"] == "context window"
+    (left_out,) = [e for e in events if e["type"] == "left_out"]
+    assert left_out["context_tokens"] == 4096 and left_out["prompt_tokens"] > 4096
+    assert left_out["slices"][0][0] == 2  # the system prompt and task are kept
+    told = [e for e in events if e["type"] == "message" and e.get("why") == "context window"]
+    assert told and "left out to fit the model's context" in told[-1]["content"]
