@@ -189,15 +189,17 @@ def test_grading_the_bundled_example_with_default_options(llama_server: LlamaSer
 def test_a_conversation_outgrowing_the_context_ends_in_the_final_turn_on_what_fits(
     llama_server: LlamaServer, tmp_path: Path
 ) -> None:
-    """Default options on a server whose context holds the opening (about 2,100 tokens) and one turn of Gemma
-    3 270M echoing its prompt (1,024 tokens a turn), not three: llama-server refuses the third turn for its
-    size, and the loop sends the final turn on the opening and the latest turn instead; the grading ends in
-    the model's validated ranking, the transcript naming what was left out and the limit."""
-    with LlamaServer(llama_server.binary, llama_server.model, context=4096) as small:
+    """Default options on a server whose context (2,200 tokens asked, 2,304 given) holds the opening (about
+    2,070 tokens) and not much of a reply: Gemma 3 270M's first turn, echoing its prompt, runs into the end of
+    the context, and llama-server refuses the second request for its size. The loop sends the final turn on
+    the opening alone (the final turn offers one tool, so it is about 1,400 tokens with room for the call);
+    the grading ends in the model's validated ranking, the transcript naming what was left out and the
+    limit. (23 s on 2 idle cores.)"""
+    with LlamaServer(llama_server.binary, llama_server.model, context=2200) as small:
         _, result, events = grade_with_defaults(small.url, small.alias, tmp_path / "run")
-    assert result.details["final_turn"]["why"] == "context window"
+    assert result.details["final_turn"] == {"turn": 2, "why": "context window"}
     (left_out,) = [e for e in events if e["type"] == "left_out"]
-    assert left_out["context_tokens"] == 4096 and left_out["prompt_tokens"] > 4096
+    assert left_out["context_tokens"] >= 2200 and left_out["prompt_tokens"] > left_out["context_tokens"]
     assert left_out["slices"][0][0] == 2  # the system prompt and task are kept
     told = [e for e in events if e["type"] == "message" and e.get("why") == "context window"]
     assert told and "left out to fit the model's context" in told[-1]["content"]

@@ -247,9 +247,16 @@ def test_a_model_that_never_submits_stops_at_the_turn_budget() -> None:
     assert_unchanged(result)
     assert "turn budget exhausted (8 turns)" in result.reason and len(requests) == 8
 
-    result, _ = grade_with(lambda request, n: text("I think they are all fine."))
+
+def test_a_final_turn_answered_without_the_submission_counts_as_a_repair(tmp_path: Path) -> None:
+    """Nudged, forced, then the final turn: each reply there without submit_ranking is a repair, so the group
+    fails on the repair budget (2) in 6 turns, not on the turn budget (8)."""
+    result, requests = grade_with(lambda request, n: text("I think they are all fine."), tmp_path=tmp_path)
     assert_unchanged(result)
-    assert "turn budget exhausted" in result.reason
+    assert result.reason.endswith("after 2 repairs: no submit_ranking call in the final turn")
+    assert len(requests) == 6 and result.details["final_turn"]["turn"] == 4
+    repairs = [e for e in read_transcript(result.transcript) if e["type"] == "invalid_ranking"]
+    assert [e["repair"] for e in repairs] == [1, 2, 3]
 
 
 def test_token_tool_output_and_wall_budgets() -> None:
@@ -504,6 +511,10 @@ def test_the_final_turn_takes_the_ranking_as_a_tie_group_per_label() -> None:
     assert result.details["ranking_labels"] == [rest, [first]]
     schema = requests[-1]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["arguments"]["required"] == ["tiers", "reasons", "confidence"]
+    # One bounded reason per label and no other key: the whole call has a bound that fits a turn.
+    reasons = schema["properties"]["arguments"]["properties"]["reasons"]
+    assert reasons["required"] == labels_in(requests[-1]) and reasons["additionalProperties"] is False
+    assert {r["maxLength"] for r in reasons["properties"].values()} == {200}
 
 
 def test_tiers_that_are_not_tie_group_numbers_go_back_to_the_model() -> None:

@@ -373,6 +373,16 @@ class LLMGrader:
             # Cut at the per-turn limit: say so, so the model answers shorter rather than repeating itself.
             cut = CUT.format(limit=self._max_tokens(usage)) if reply.finish_reason == "length" else ""
             if not calls:
+                if final is not None:
+                    # The final turn offers nothing but the submission: a reply without it is a failed one,
+                    # and asking again is a repair like any invalid ranking (at temperature 0 a reply cut at
+                    # the turn limit comes back the same: Gemma 3 270M spent 20 turns so).
+                    repairs += 1
+                    problem = "no submit_ranking call in the final turn"
+                    problem += f" ({cut.strip()})" if cut else ""
+                    transcript.event("invalid_ranking", call_id=None, problem=problem, repair=repairs)
+                    if repairs > budgets.repairs:
+                        raise GradingFailed(f"no valid ranking after {budgets.repairs} repairs: {problem}")
                 if forcing:
                     stalled = UNANSWERED
                 pending = (cut, FORCE if forcing else NUDGE)

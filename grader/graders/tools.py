@@ -34,6 +34,8 @@ DEFAULT_PAGE_CHARS = 8_000
 DEFAULT_RUN_TIMEOUT = 60.0
 MAX_RUN_TIMEOUT = 600.0  # as prompts/tools.json says; the sandbox's lifetime leaves room for one such run
 SUBMIT = "submit_ranking"
+FINAL_REASON_CHARS = 200
+"""The longest reason per label the final turn's submit_ranking admits (one sentence)."""
 VENDORED_DIRS = frozenset(
     {
         "vendor",
@@ -358,7 +360,10 @@ class Toolbox:
         """submit_ranking alone, as the final turn offers it: the ranking as `tiers`, an object with one
         required tie-group number per label, so a constrained decoder ranks each label exactly once by
         construction (under `ranking`, Gemma 3 270M on llama-cpp-python listed every label in two tie groups,
-        repair after repair). `submission` reads it as the tie groups it stands for."""
+        repair after repair). `submission` reads it as the tie groups it stands for. The reasons are one
+        string per label of at most `FINAL_REASON_CHARS` characters, no other key, so the whole call has a
+        bound that fits a turn (with reasons as an open map, Gemma 3 270M wrote made-up keys until the
+        300-token turn limit cut the call, turn after turn)."""
         (submit,) = [s for s in self.schemas() if s["function"]["name"] == SUBMIT]
         submit = json.loads(json.dumps(submit))
         parameters = submit["function"]["parameters"]
@@ -371,9 +376,18 @@ class Toolbox:
             "required": list(order),
             "additionalProperties": False,
         }
+        reason = {"type": "string", "maxLength": FINAL_REASON_CHARS}
+        reasons = {
+            "type": "object",
+            "description": "Each candidate's reason, one sentence.",
+            "properties": dict.fromkeys(order, reason),
+            "required": list(order),
+            "additionalProperties": False,
+        }
         parameters["properties"] = {
             "tiers": tiers,
             **{k: v for k, v in parameters["properties"].items() if k != "ranking"},
+            "reasons": reasons,
         }
         parameters["required"] = ["tiers" if name == "ranking" else name for name in parameters["required"]]
         return [submit]
