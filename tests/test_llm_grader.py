@@ -665,19 +665,22 @@ def test_max_tokens_never_exceeds_what_the_token_budget_has_left() -> None:
     assert [r["max_tokens"] for r in requests] == [3000, 1800, 600]
 
 
+OVERFLOW = {  # llama.cpp's
+    "error": {
+        "code": 400,
+        "message": "request (9000 tokens) exceeds the available context size (8192 tokens), try "
+        "increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": 9000,
+        "n_ctx": 8192,
+    }
+}
+
+
 @pytest.mark.parametrize(
     "body",
     [
-        {  # llama.cpp
-            "error": {
-                "code": 400,
-                "message": "request (9000 tokens) exceeds the available context size (8192 tokens), try "
-                "increasing it",
-                "type": "exceed_context_size_error",
-                "n_prompt_tokens": 9000,
-                "n_ctx": 8192,
-            }
-        },
+        OVERFLOW,
         {  # vLLM
             "object": "error",
             "message": "This model's maximum context length is 8192 tokens. However, you requested 9000 "
@@ -694,18 +697,6 @@ def test_a_context_overflow_with_nothing_to_leave_out_fails_naming_the_limit(bod
     # Never retried as it was: sent once more as the final turn without the one earlier turn, then failed.
     assert len(requests) == 3 and len(requests[2]["messages"]) == 3
     assert [t["function"]["name"] for t in requests[2]["tools"]] == ["submit_ranking"]
-
-
-OVERFLOW = {
-    "error": {
-        "code": 400,
-        "message": "request (9000 tokens) exceeds the available context size (8192 tokens), try "
-        "increasing it",
-        "type": "exceed_context_size_error",
-        "n_prompt_tokens": 9000,
-        "n_ctx": 8192,
-    }
-}
 
 
 def diffs_until_the_context_is_full(most_messages: int):
