@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from grader.distill.sft import messages_from_events
 from grader.formats import load_group_file
 from grader.graders.llm import Budgets, LLMGrader
+from grader.inspect.steps import to_steps
 from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
 from grader.testing import (
@@ -737,6 +739,8 @@ def test_a_context_overflow_ends_in_the_final_turn_on_the_latest_turns(tmp_path:
     (left_out,) = [e for e in events if e["type"] == "left_out"]
     assert left_out["slices"] == [[2, 6]] and left_out["context_tokens"] == 8192
     assert left_out["prompt_tokens"] == 9000 and "context overflow" in left_out["reason"]
+    titles = [step.title for step in to_steps(events)]  # as `gagar show` prints it
+    assert "left out 4 message(s) to fit the model's context, then the final turn" in titles
 
 
 def test_an_overflow_halves_the_turns_kept_until_the_final_turn_fits() -> None:
@@ -748,8 +752,6 @@ def test_an_overflow_halves_the_turns_kept_until_the_final_turn_fits() -> None:
 
 
 def test_the_conversation_the_model_saw_is_rebuilt_from_a_shortened_transcript(tmp_path: Path) -> None:
-    from grader.distill.sft import messages_from_events
-
     result, requests = grade_with(diffs_until_the_context_is_full(8), tmp_path=tmp_path)
     rebuilt = messages_from_events(read_transcript(result.transcript))
     sent = requests[-1]["messages"]
