@@ -198,8 +198,9 @@ def test_a_conversation_outgrowing_the_context_ends_in_the_final_turn_on_what_fi
     with LlamaServer(llama_server.binary, llama_server.model, context=2200) as small:
         _, result, events = grade_with_defaults(small.url, small.alias, tmp_path / "run")
     assert result.details["final_turn"] == {"turn": 2, "why": "context window"}
-    (left_out,) = [e for e in events if e["type"] == "left_out"]
-    assert left_out["context_tokens"] >= 2200 and left_out["prompt_tokens"] > left_out["context_tokens"]
-    assert left_out["slices"][0][0] == 2  # the system prompt and task are kept
+    # Once at least: a final-turn reply cut by the end of the context is repaired on a shorter conversation.
+    left_out = [e for e in events if e["type"] == "left_out"]
+    assert left_out and all(e["slices"][0][0] == 2 for e in left_out)  # the system prompt and task are kept
+    assert all(e["context_tokens"] >= 2200 and e["prompt_tokens"] > e["context_tokens"] for e in left_out)
     told = [e for e in events if e["type"] == "message" and e.get("why") == "context window"]
     assert told and "left out to fit the model's context" in told[-1]["content"]

@@ -513,10 +513,27 @@ def test_the_final_turn_takes_the_ranking_as_a_tie_group_per_label() -> None:
     assert result.details["ranking_labels"] == [rest, [first]]
     schema = requests[-1]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["arguments"]["required"] == ["tiers", "reasons", "confidence"]
-    # One bounded reason per label and no other key: the whole call has a bound that fits a turn.
+    # One bounded reason per label and no other key: the whole call fits a reply (1,024 tokens, 4 labels: at
+    # most 512 characters of reasons, 128 each).
     reasons = schema["properties"]["arguments"]["properties"]["reasons"]
     assert reasons["required"] == labels_in(requests[-1]) and reasons["additionalProperties"] is False
-    assert {r["maxLength"] for r in reasons["properties"].values()} == {200}
+    assert {r["maxLength"] for r in reasons["properties"].values()} == {128}
+
+
+@pytest.mark.parametrize(("reply_tokens", "chars"), [(300, 37), (64, 20), (8192, 200)])
+def test_the_final_reasons_are_bounded_by_what_one_reply_holds(reply_tokens: int, chars: int) -> None:
+    """Half the per-turn limit, in characters, shared by the labels, each between 20 and 200."""
+
+    def policy(request, n):
+        tiers = {label: 1 for label in labels_in(request)}
+        return tool_calls(("submit_ranking", {"tiers": tiers, "reasons": {}, "confidence": 0.5}))
+
+    budgets = Budgets(turns=1, retries=0, max_output_tokens=reply_tokens)
+    result, requests = grade_with(policy, budgets=budgets)
+    assert result.status == "graded", result.reason
+    (submit_tool,) = requests[0]["tools"]
+    reasons = submit_tool["function"]["parameters"]["properties"]["reasons"]["properties"]
+    assert {r["maxLength"] for r in reasons.values()} == {chars}
 
 
 def test_tiers_that_are_not_tie_group_numbers_go_back_to_the_model() -> None:

@@ -191,7 +191,12 @@ class LLMGrader:
         secret = self.config.secret
         markers = Markers(f"{secret}:{group_id}:{seed}" if secret is not None else None)
         toolbox = Toolbox(
-            view, candidates, self.prompts.tools, sandbox_opener=self._sandbox_opener(view), markers=markers
+            view,
+            candidates,
+            self.prompts.tools,
+            sandbox_opener=self._sandbox_opener(view),
+            markers=markers,
+            reply_tokens=self.config.budgets.max_output_tokens,
         )
         usage = _Usage()
         flags = injections_by_trajectory(view)

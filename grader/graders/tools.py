@@ -34,8 +34,8 @@ DEFAULT_PAGE_CHARS = 8_000
 DEFAULT_RUN_TIMEOUT = 60.0
 MAX_RUN_TIMEOUT = 600.0  # as prompts/tools.json says; the sandbox's lifetime leaves room for one such run
 SUBMIT = "submit_ranking"
-FINAL_REASON_CHARS = 200
-"""The longest reason per label the final turn's submit_ranking admits (one sentence)."""
+FINAL_REASON_CHARS = (20, 200)
+"""The shortest and longest bound on each label's reason in the final turn's submit_ranking (one sentence)."""
 VENDORED_DIRS = frozenset(
     {
         "vendor",
@@ -316,8 +316,10 @@ class Toolbox:
         page_chars: int = DEFAULT_PAGE_CHARS,
         sandbox_slots: threading.Semaphore | None = None,
         markers: Callable[[], str] | None = None,
+        reply_tokens: int = 1024,
     ) -> None:
         self.view = view
+        self.reply_tokens = reply_tokens  # what one reply may hold: the final call is bounded to fit it
         self.candidates = candidates
         self.specs = {spec["name"]: spec for spec in offered_tools(specs, sandbox_opener is not None)}
         self.markers = markers or Markers()
@@ -361,9 +363,10 @@ class Toolbox:
         required tie-group number per label, so a constrained decoder ranks each label exactly once by
         construction (under `ranking`, Gemma 3 270M on llama-cpp-python listed every label in two tie groups,
         repair after repair). `submission` reads it as the tie groups it stands for. The reasons are one
-        string per label of at most `FINAL_REASON_CHARS` characters, no other key, so the whole call has a
-        bound that fits a turn (with reasons as an open map, Gemma 3 270M wrote made-up keys until the
-        300-token turn limit cut the call, turn after turn)."""
+        string per label and no other key, their lengths together at most half of `reply_tokens` characters
+        (a model can spend a token a character: Gemma 3 270M wrote reasons of digits and commas), each within
+        `FINAL_REASON_CHARS`, so the whole call fits a reply (with reasons as an open map, Gemma wrote made-up
+        keys until the 300-token turn limit cut the call, turn after turn)."""
         (submit,) = [s for s in self.schemas() if s["function"]["name"] == SUBMIT]
         submit = json.loads(json.dumps(submit))
         parameters = submit["function"]["parameters"]
@@ -376,7 +379,11 @@ class Toolbox:
             "required": list(order),
             "additionalProperties": False,
         }
-        reason = {"type": "string", "maxLength": FINAL_REASON_CHARS}
+        shortest, longest = FINAL_REASON_CHARS
+        reason = {
+            "type": "string",
+            "maxLength": max(shortest, min(longest, self.reply_tokens // 2 // len(order))),
+        }
         reasons = {
             "type": "object",
             "description": "Each candidate's reason, one sentence.",
