@@ -243,3 +243,26 @@ def test_the_fix_the_group_disagrees_with_ranks_lower_and_two_candidates_say_not
     pair = grade(repo, mirrors, {"first": FIX, "diverging": diverging})
     assert pair.ranking == [["first", "diverging"]]
     assert "agreement" not in pair.signals["first"]
+
+
+def test_a_trailing_comment_does_not_make_the_same_code_disagree(
+    repo: RepoFactory, mirrors: MirrorCache
+) -> None:
+    # The same fix with a comment after the code is the same code change as the bare fix: the two agree with
+    # each other, so more than the other fixes do. A `#` inside a string is code.
+    commented = {"pkg/core.py": BASE_FILES["pkg/core.py"].replace("a - b", "a + b  # was a - b")}
+    in_string = {"pkg/core.py": BASE_FILES["pkg/core.py"].replace("a - b", "a + b if a else '#'")}
+    result = grade(
+        repo,
+        mirrors,
+        {
+            "bare": FIX,
+            "commented": commented,
+            "third": {"pkg/core.py": BASE_FILES["pkg/core.py"].replace("a - b", "(a + b)")},
+            "in-string": in_string,
+        },
+    )
+    signals = result.signals
+    assert signals["commented"]["agreement"] == signals["bare"]["agreement"] > signals["third"]["agreement"]
+    assert signals["in-string"]["agreement"] < signals["bare"]["agreement"], signals
+    assert ["bare", "commented"] in result.ranking, result.ranking

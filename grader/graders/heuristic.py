@@ -288,8 +288,8 @@ class HeuristicGrader:
 
 def _code_lines(parsed: Any, new_files: set[str]) -> frozenset[str]:
     """The lines a patch adds and removes in code, as "+path:text" / "-path:text" with all whitespace taken
-    out; comment-only lines, test files, leftover files and formatting-only files are not code changes to
-    agree on (the last three have their own signals)."""
+    out; comments (a Python line's trailing one too), test files, leftover files and formatting-only files are
+    not code changes to agree on (the last three have their own signals)."""
     lines = set()
     for patched_file in parsed:
         path = patches.file_path(patched_file)
@@ -301,10 +301,30 @@ def _code_lines(parsed: Any, new_files: set[str]) -> frozenset[str]:
             continue
         for hunk in patched_file:
             for line in hunk:
-                text = "".join(line.value.split())
+                value = _without_comment(line.value) if path.endswith(".py") else line.value
+                text = "".join(value.split())
                 if (line.is_added or line.is_removed) and text and not text.startswith("#"):
                     lines.add(f"{'+' if line.is_added else '-'}{path}:{text}")
     return frozenset(lines)
+
+
+def _without_comment(line: str) -> str:
+    """A Python line without its trailing comment: a `#` outside string quotes starts one."""
+    quote = ""
+    escaped = False
+    for i, char in enumerate(line):
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote:
+            escaped = True
+        elif quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char == "#":
+            return line[:i]
+    return line
 
 
 def _agreement(candidates: list[_Candidate]) -> dict[str, float]:
