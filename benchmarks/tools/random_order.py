@@ -6,8 +6,9 @@ A grader that echoes the order its candidates were listed in (Gemma 3 270M does,
 random order scores: the labels and their order are drawn from the grading's seed. This reads a run's graded
 groups, keeps each ranking's tiers (a tier is one class of equal patches, or a tie the grader chose) and puts
 them in a random order, `--draws` times, scoring each draw exactly as `gagar eval` does (pairs pooled over
-groups, ties half). It prints the mean, the 2.5th and 97.5th percentiles of the pooled accuracy, and where the
-run's own figure falls among the draws. Nothing is graded and nothing is written.
+groups, ties half). For all pairs and for each category of the references' pairs it prints the run's figure,
+the draws' mean, their 2.5th and 97.5th percentiles, and the share of draws at least as high as the run.
+Nothing is graded and nothing is written.
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ from grader.models import GroupResult
 from grader.references import load_references
 
 
-def pooled(results: list[GroupResult], references: dict) -> tuple[float, int]:
-    """Pairwise credit and scored pairs over the graded groups, as `gagar eval` pools them."""
-    credit, pairs = 0.0, 0
+def pooled(results: list[GroupResult], references: dict) -> dict[str, tuple[float, int]]:
+    """Pairwise credit and scored pairs over the graded groups, as `gagar eval` pools them: "all", and each
+    category of the references' pairs."""
+    sums: dict[str, tuple[float, int]] = {}
     for result in results:
         score = score_result(result, references[result.group_id])
-        credit += score.pairwise_credit
-        pairs += score.scored_pairs
-    return credit, pairs
+        parts = {"all": (score.pairwise_credit, score.scored_pairs), **score.by_category}
+        for name, (credit, pairs) in parts.items():
+            total_credit, total_pairs = sums.get(name, (0.0, 0))
+            sums[name] = (total_credit + credit, total_pairs + pairs)
+    return sums
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,30 +52,35 @@ def main(argv: list[str] | None = None) -> int:
     if not graded:
         print(f"{args.results}: no graded group has a reference in {args.reference}", file=sys.stderr)
         return 1
-    credit, pairs = pooled(graded, references)
-    if not pairs:
+    observed = {name: credit / pairs for name, (credit, pairs) in pooled(graded, references).items() if pairs}
+    if not observed:
         print(f"{args.results}: no reference pair is scored", file=sys.stderr)
         return 1
-    observed = credit / pairs
     rng = random.Random(args.seed)
-    draws = []
+    draws: dict[str, list[float]] = {name: [] for name in observed}
     for _ in range(args.draws):
         shuffled = []
         for result in graded:
             tiers = [list(tier) for tier in result.ranking]
             rng.shuffle(tiers)
             shuffled.append(result.model_copy(update={"ranking": tiers}))
-        draw_credit, _ = pooled(shuffled, references)
-        draws.append(draw_credit / pairs)
-    draws.sort()
-    low, high = draws[int(0.025 * len(draws))], draws[int(0.975 * len(draws)) - 1]
-    at_least = sum(d >= observed for d in draws) / len(draws)
+        for name, (credit, pairs) in pooled(shuffled, references).items():
+            if name in draws:
+                draws[name].append(credit / pairs)
+    _, all_pairs = pooled(graded, references)["all"]
     print(
-        f"{len(graded)} graded groups, {pairs} scored pairs: the run scores {observed:.3f};"
-        f" a random order of the same tiers scores {sum(draws) / len(draws):.3f} on average,"
-        f" 95% of {len(draws)} draws in"
-        f" [{low:.3f}, {high:.3f}], {at_least:.1%} of draws at least {observed:.3f}"
+        f"{len(graded)} graded groups, {all_pairs} scored pairs;"
+        f" {args.draws} random orders of each ranking's tiers:"
     )
+    for name in ["all", *sorted(n for n in observed if n != "all")]:
+        values = sorted(draws[name])
+        low, high = values[int(0.025 * len(values))], values[int(0.975 * len(values)) - 1]
+        at_least = sum(v >= observed[name] for v in values) / len(values)
+        print(
+            f"{name}: the run scores {observed[name]:.3f};"
+            f" a random order {sum(values) / len(values):.3f} on average,"
+            f" 95% of draws in [{low:.3f}, {high:.3f}], {at_least:.1%} of draws at least {observed[name]:.3f}"
+        )
     return 0
 
 
