@@ -22,6 +22,12 @@ CONTEXT = 16384
 plus `max_tokens`, 1,024 by default, exceeds it)."""
 
 
+THREADS = 1
+"""Both servers' threads. One: beside other busy processes a second llama.cpp thread spins at every barrier of
+a token while its partner waits for a core. Gemma 3 270M, 256 tokens beside two `while 1: pass` loops on 2
+cores: 51 tokens/s on one thread, 13-23 on two (idle: 54 and 77); `--poll 0` does not help (13-22)."""
+
+
 DIFF_TOOL = {
     "type": "function",
     "function": {
@@ -49,9 +55,8 @@ def llama_server(
         what = "llama-server (llama.cpp, from the llama-cpp-python sdist)"
         with build_progress(request.config, what, "about 4.5 min on 2 cores"):
             binary, model = ensure_binary(), ensure_model()
-        server = LlamaServer(
-            binary, model, context=CONTEXT, log_path=tmp_path_factory.mktemp("llama") / "server.log"
-        )
+        log = tmp_path_factory.mktemp("llama") / "server.log"
+        server = LlamaServer(binary, model, context=CONTEXT, threads=THREADS, log_path=log)
         server.start()
     except BuildUnavailable as exc:
         pytest.skip(f"real llama.cpp server unavailable: {exc}")
@@ -73,7 +78,7 @@ def llama_cpp_python_server(
         with build_progress(request.config, what, "about 4 min on 2 idle cores"):
             site = ensure_package()
         log = tmp_path_factory.mktemp("llama-cpp-python") / "server.log"
-        server = LlamaCppPythonServer(site, ensure_model(), context=CONTEXT, log_path=log)
+        server = LlamaCppPythonServer(site, ensure_model(), context=CONTEXT, threads=THREADS, log_path=log)
         server.start()
     except BuildUnavailable as exc:
         pytest.skip(f"real llama-cpp-python server unavailable: {exc}")

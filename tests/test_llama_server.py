@@ -16,7 +16,7 @@ from grader.models import GroupResult
 from grader.pipeline import grade_group_sync
 from grader.transcript import read_transcript
 from tests.conftest import EXAMPLE_GROUP, llm_grader
-from tests.llama_support import DIFF_TOOL, grade_with_defaults
+from tests.llama_support import DIFF_TOOL, THREADS, grade_with_defaults
 
 TOOL_OUTPUT = '<<<DATA 1a2b>>>\n-    return a - b\n+    return a + b  # a & b < c > d "q"\n<<<END 1a2b>>>'
 
@@ -120,7 +120,7 @@ def test_a_reply_cut_at_the_turn_limit_is_named_to_the_model(
 
 
 def test_a_context_overflow_fails_naming_the_limit(llama_server: LlamaServer, tmp_path: Path) -> None:
-    with LlamaServer(llama_server.binary, llama_server.model, context=512) as small:
+    with LlamaServer(llama_server.binary, llama_server.model, context=512, threads=THREADS) as small:
         result, events = grade(small, tmp_path, turns=2)
     assert result.status == "failed" and "context overflow" in result.reason
     assert "512 tokens" in result.reason and not any(e["type"] == "retry" for e in events)
@@ -195,7 +195,7 @@ def test_a_conversation_outgrowing_the_context_ends_in_the_final_turn_on_what_fi
     the opening alone (the final turn offers one tool, so it is about 1,400 tokens with room for the call);
     the grading ends in the model's validated ranking, the transcript naming what was left out and the
     limit. (23 s on 2 idle cores.)"""
-    with LlamaServer(llama_server.binary, llama_server.model, context=2200) as small:
+    with LlamaServer(llama_server.binary, llama_server.model, context=2200, threads=THREADS) as small:
         _, result, events = grade_with_defaults(small.url, small.alias, tmp_path / "run")
     assert result.details["final_turn"] == {"turn": 2, "why": "context window"}
     # Once at least: a final-turn reply cut by the end of the context is repaired on a shorter conversation.
