@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if not graded:
         print(f"{args.results}: no graded group has a reference in {args.reference}", file=sys.stderr)
         return 1
-    observed = {name: credit / pairs for name, (credit, pairs) in pooled(graded, references).items() if pairs}
+    actual = pooled(graded, references)
+    observed = {name: credit / pairs for name, (credit, pairs) in actual.items() if pairs}
     if not observed:
         print(f"{args.results}: no reference pair is scored", file=sys.stderr)
         return 1
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (credit, pairs) in pooled(shuffled, references).items():
             if name in draws:
                 draws[name].append(credit / pairs)
-    _, all_pairs = pooled(graded, references)["all"]
+    _, all_pairs = actual["all"]
     print(
         f"{len(graded)} graded groups, {all_pairs} scored pairs;"
         f" {args.draws} random orders of each ranking's tiers:"
