@@ -660,9 +660,9 @@ def test_a_missing_usage_block_is_estimated_so_the_token_budget_still_binds() ->
 def test_a_reply_cut_at_the_turn_limit_is_named_to_the_model() -> None:
     def policy(request, n):
         if n == 0:
-            return _with(text("The first candidate looks"), finish_reason="length")
+            return _with(text("The first candidate looks", usage=(100, 300)), finish_reason="length")
         if n == 1:
-            return _with(tool_calls(("diff", '{"candidate": "C-')), finish_reason="length")
+            return _with(tool_calls(("diff", '{"candidate": "C-'), usage=(100, 300)), finish_reason="length")
         return submit([labels_in(request)])
 
     result, requests = grade_with(policy, budgets=Budgets(max_output_tokens=300, retries=0, turns=8))
@@ -673,6 +673,21 @@ def test_a_reply_cut_at_the_turn_limit_is_named_to_the_model() -> None:
         error["role"] == "tool" and "not valid JSON" in error["content"] and "300 tokens" in error["content"]
     )
     assert all(r["max_tokens"] <= 300 for r in requests)
+
+
+def test_a_reply_cut_short_of_the_turn_limit_is_told_the_context_ended() -> None:
+    """llama-server reports `length` for a reply the end of its context cut, too: fewer tokens written than
+    the turn allowed say which, and the model is not told a limit it did not reach."""
+
+    def policy(request, n):
+        if n == 0:
+            return _with(text("The first candidate looks", usage=(100, 40)), finish_reason="length")
+        return submit([labels_in(request)])
+
+    result, requests = grade_with(policy, budgets=Budgets(max_output_tokens=300, retries=0, turns=8))
+    assert result.status == "graded", result.reason
+    told = requests[1]["messages"][-1]["content"]
+    assert told.startswith("Your reply was cut where the model's context ends") and "300" not in told
 
 
 def test_max_tokens_never_exceeds_what_the_token_budget_has_left() -> None:

@@ -62,6 +62,9 @@ REPEATED = "only calls already answered"
 what it can still do is submit (under "auto", which a server refusing "required" falls back to, Gemma 3 270M
 on llama-cpp-python answered 21 forced turns in a row with an empty message)."""
 CUT = "Your reply was cut at the limit of {limit} tokens a turn: keep replies and arguments shorter. "
+CUT_AT_CONTEXT = "Your reply was cut where the model's context ends: keep replies and arguments shorter. "
+"""Told for a reply cut with fewer tokens written than the turn allowed: llama-server reports `length` for a
+reply the end of its context cut as for one the per-turn limit cut."""
 CONTEXT = "context window"
 """Why the final turn comes when the conversation nears or passes the model's context."""
 LEFT_OUT = "Your {count} earlier message(s) and their tool results were left out to fit the model's context. "
@@ -142,6 +145,16 @@ def _call_key(name: str, arguments: Any) -> str:
         with contextlib.suppress(json.JSONDecodeError):
             arguments = json.loads(arguments or "{}")
     return f"{name} {json.dumps(arguments, sort_keys=True)}"
+
+
+def _cut_note(reply: Reply, limit: int) -> str:
+    """What the next message tells the model of its reply, if the reply was cut: at the per-turn limit, or
+    (fewer tokens written than the `limit` the turn allowed, where the server reports its usage) where the
+    model's context ends; "" for a reply that ended on its own."""
+    if reply.finish_reason != "length":
+        return ""
+    written = (reply.usage or {}).get("completion_tokens")
+    return CUT_AT_CONTEXT if isinstance(written, int) and written < limit else CUT.format(limit=limit)
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -278,6 +291,15 @@ class LLMGrader:
         for message in messages:
             transcript.event("message", role=message["role"], content=message["content"])
         repairs = 0
+
+        def invalid_ranking(problem: str, call_id: str | None) -> None:
+            """Count a repair of an invalid (or missing) ranking; fail the grading once they run out."""
+            nonlocal repairs
+            repairs += 1
+            transcript.event("invalid_ranking", call_id=call_id, problem=problem, repair=repairs)
+            if repairs > budgets.repairs:
+                raise GradingFailed(f"no valid ranking after {budgets.repairs} repairs: {problem}") from None
+
         silent = 0  # consecutive answers without a tool call
         forcing = False
         final: str | None = None  # why the submission is forced with submit_ranking alone, once it is
@@ -329,10 +351,11 @@ class LLMGrader:
             choice = "required" if forcing else "auto"
             prompt_before = usage.prompt_tokens
             only = final is not None
+            limit = self._max_tokens(usage)
             while True:
                 try:
                     reply = self._complete(
-                        messages, toolbox, native, deadline(), transcript, usage, choice, only
+                        messages, toolbox, native, deadline(), transcript, usage, limit, choice, only
                     )
                     break
                 except ContextOverflow as overflow:
@@ -375,19 +398,15 @@ class LLMGrader:
                 # llama-server made the same seven calls each turn). What it can still do is submit.
                 stalled = REPEATED
             answered |= made
-            # Cut at the per-turn limit: say so, so the model answers shorter rather than repeating itself.
-            cut = CUT.format(limit=self._max_tokens(usage)) if reply.finish_reason == "length" else ""
+            # A cut reply: say so, so the model answers shorter rather than repeating itself.
+            cut = _cut_note(reply, limit)
+            cut_aside = f" ({cut.strip()})" if cut else ""
             if not calls:
                 if final is not None:
                     # The final turn offers nothing but the submission: a reply without it is a failed one,
                     # and asking again is a repair like any invalid ranking (at temperature 0 a reply cut at
                     # the turn limit comes back the same: Gemma 3 270M spent 20 turns so).
-                    repairs += 1
-                    problem = "no submit_ranking call in the final turn"
-                    problem += f" ({cut.strip()})" if cut else ""
-                    transcript.event("invalid_ranking", call_id=None, problem=problem, repair=repairs)
-                    if repairs > budgets.repairs:
-                        raise GradingFailed(f"no valid ranking after {budgets.repairs} repairs: {problem}")
+                    invalid_ranking("no submit_ranking call in the final turn" + cut_aside, None)
                 if forcing:
                     stalled = UNANSWERED
                 pending = (cut, FORCE if forcing else NUDGE)
@@ -399,22 +418,9 @@ class LLMGrader:
                     try:
                         submission = toolbox.submission(arguments)
                     except ToolError as exc:
-                        repairs += 1
-                        transcript.event("invalid_ranking", call_id=call_id, problem=str(exc), repair=repairs)
-                        if repairs > budgets.repairs:
-                            raise GradingFailed(
-                                f"no valid ranking after {budgets.repairs} repairs: {exc}"
-                            ) from None
-                        self._reply(
-                            messages,
-                            transcript,
-                            call_id,
-                            name,
-                            f"error: {exc}" + (f" ({cut.strip()})" if cut else ""),
-                            native_calls,
-                            started,
-                            True,
-                        )
+                        invalid_ranking(str(exc), call_id)
+                        output = f"error: {exc}{cut_aside}"
+                        self._reply(messages, transcript, call_id, name, output, native_calls, started, True)
                         continue
                     transcript.event(
                         "submitted",
@@ -428,7 +434,7 @@ class LLMGrader:
                 try:
                     output, is_error = toolbox.call(name, arguments), False
                 except ToolError as exc:
-                    output, is_error = f"error: {exc}" + (f" ({cut.strip()})" if cut else ""), True
+                    output, is_error = f"error: {exc}{cut_aside}", True
                 usage.tool_output_chars += len(output)
                 self._reply(messages, transcript, call_id, name, output, native_calls, started, is_error)
             if time.monotonic() > deadline():
@@ -539,15 +545,17 @@ class LLMGrader:
         deadline: float,
         transcript: Transcript,
         usage: _Usage,
+        max_tokens: int,
         tool_choice: str = "auto",
         only_submit: bool = False,
     ) -> Reply:
         """The model's reply to the conversation, its usage counted (estimated where the server reported
-        none, so the token budget still binds). `only_submit`: submit_ranking is the one tool offered, under
-        `tool_choice` "required", and the one call a `response_format` admits (in any mode): llama-server
-        reads "required" as a call at the end of the reply, after any text, so a base model that echoes its
-        prompt never reaches it, while a `response_format` holds the reply to the JSON call from its first
-        token (a text call, which the loop parses in native mode too).
+        none, so the token budget still binds). `max_tokens`: what the reply may generate. `only_submit`:
+        submit_ranking is the one tool offered, under `tool_choice` "required", and the one call a
+        `response_format` admits (in any mode): llama-server reads "required" as a call at the end of the
+        reply, after any text, so a base model that echoes its prompt never reaches it, while a
+        `response_format` holds the reply to the JSON call from its first token (a text call, which the loop
+        parses in native mode too).
 
         Raises:
             GradingFailed: the wall budget ran out, or the endpoint gave no reply (the reason says which).
@@ -568,7 +576,7 @@ class LLMGrader:
                 response_format=_reply_format(toolbox, only_submit or tool_choice == "required", only_submit)
                 if structured or only_submit
                 else None,
-                max_tokens=self._max_tokens(usage),
+                max_tokens=max_tokens,
                 deadline=deadline,
                 traffic=usage,
                 note=transcript.event,

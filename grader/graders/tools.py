@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.errors import ToolError
+from grader.graders.budgets import Budgets
 from grader.hunks import split_lines
 from grader.injections import find_injections
 from grader.ranking import InvalidRanking, validate_ranking
@@ -316,7 +317,7 @@ class Toolbox:
         page_chars: int = DEFAULT_PAGE_CHARS,
         sandbox_slots: threading.Semaphore | None = None,
         markers: Callable[[], str] | None = None,
-        reply_tokens: int = 1024,
+        reply_tokens: int = Budgets.max_output_tokens,
     ) -> None:
         self.view = view
         self.reply_tokens = reply_tokens  # what one reply may hold: the final call is bounded to fit it
