@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import tomllib
@@ -47,7 +48,13 @@ def test_an_installed_wheel_writes_the_report_with_its_stylesheet_and_script(
     subprocess.run(build, check=True, capture_output=True)
     (wheel,) = wheels.glob("gagar-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # The dependencies from the environment running the tests, which may itself be a venv (whose packages
+    # `--system-site-packages` would not reach: it adds the base interpreter's). Plain path lines, so the
+    # editable install's finder there is not loaded and the wheel's copy is the one imported.
+    (site_packages,) = (venv / "lib").glob("python*/site-packages")
+    ours = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+    (site_packages / "test_dependencies.pth").write_text("".join(f"{path}\n" for path in ours))
     install = [str(venv / "bin" / "python"), "-m", "pip", "-q", "install", "--no-deps", str(wheel)]
     subprocess.run(install, check=True, capture_output=True)
     out = tmp_path / "report.html"
