@@ -174,6 +174,7 @@ def test_a_pair_probed_since_the_draw_is_neither_labelled_nor_kept(tmp_path: Pat
     report = labelling.agree(tmp_path)
     assert report["superseded_by_probe"] == ["p1"] and report["kept"] == 1
     assert report["labelled"]["both"] == 5  # the labellers' agreement still counts it
+    assert report["same_side_other_category"] == 1  # p4; p1 agreed on its category, superseded or not
     assert all(label["a"] != "r1" for label in read_jsonl(tmp_path / "labels.jsonl"))
     kept = [(r["better"], r["worse"]) for r in read_jsonl(tmp_path / "references.jsonl")]
     assert kept == [("q1", "q2"), ("r2", "r1"), ("r4", "r3")]

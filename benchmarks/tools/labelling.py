@@ -284,7 +284,7 @@ def agreement_report(
         else None,
         "cohen_kappa": round(kappa, 4) if kappa is not None else None,
         "same_side_better": len(same_side),
-        "same_side_other_category": len(same_side) - len(kept),
+        "same_side_other_category": sum(first[p].category != second[p].category for p in same_side),
         "opposite_sides": sum({first[p].verdict, second[p].verdict} == {"A", "B"} for p in both),
         "one_none": sum((first[p].verdict == "none") != (second[p].verdict == "none") for p in both),
         "both_none": sum(first[p].verdict == "none" == second[p].verdict for p in both),
