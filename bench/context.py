@@ -1,8 +1,8 @@
 """Context economy: the prompt tokens the agentic grader sends, total and uncached, against one prompt.
 
 Each group is graded by the LLM grader against a scripted server whose policy reviews as a careful model
-would (`grader.testing.read_every_diff_then_rank`: list the candidates, diff every one, rank). Every request
-it sent is then rendered by a real llama.cpp server with the chat template gagar ships for it
+would (`grader.servers.scripted.read_every_diff_then_rank`: list the candidates, diff every one, rank). Every
+request it sent is then rendered by a real llama.cpp server with the chat template gagar ships for it
 (`/apply-template`) and counted with the model's own tokenizer (`/tokenize`, Gemma 3's). A request's
 uncached tokens are those past its longest common prefix with the previous request's prompt: what a prefix
 cache cannot serve (the previous turn's reply counts as uncached, a slight over-count). The baseline is a
@@ -12,8 +12,8 @@ the labels and every class's full diff against the base, rendered and tokenized 
     python bench/context.py                                    # the bundled example
     python bench/context.py --groups /work/data/x.jsonl --limit 8
 
-Without a llama-server (`python -m grader.llamacpp build`), the counts fall back to characters / 4, and the
-table says so. Target: uncached prompt tokens at most 1.5x the one-prompt baseline on every group.
+Without a llama-server (`python -m grader.servers.llamacpp build`), the counts fall back to characters / 4,
+and the table says so. Target: uncached prompt tokens at most 1.5x the one-prompt baseline on every group.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import parser_for  # noqa: E402
-from grader.formats import load_group_file  # noqa: E402
 from grader.graders.base import Grade  # noqa: E402
 from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
 from grader.graders.tools import assign_labels, wrap  # noqa: E402
-from grader.llamacpp import BuildUnavailable, LlamaServer, ensure_binary, ensure_model  # noqa: E402
-from grader.models import Group  # noqa: E402
+from grader.groups.formats import load_group_file  # noqa: E402
+from grader.groups.models import Group  # noqa: E402
 from grader.pipeline import GradingOptions, grade_group_sync  # noqa: E402
-from grader.testing import ScriptedServer, read_every_diff_then_rank  # noqa: E402
-from grader.view import BASE, GradingView  # noqa: E402
+from grader.servers.llamacpp import BuildUnavailable, LlamaServer, ensure_binary, ensure_model  # noqa: E402
+from grader.servers.scripted import ScriptedServer, read_every_diff_then_rank  # noqa: E402
+from grader.workspace.view import BASE, GradingView  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory_group.json"
 TARGET = 1.5

@@ -17,14 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
-
-from conftest_sandbox import make_repo  # noqa: E402
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 from bench.args import parser_for  # noqa: E402
 from grader.sandbox import open_sandbox  # noqa: E402
 from grader.sandbox.environments import build_environment, spec_for_task  # noqa: E402
 from grader.sandbox.recipes import recipe_for  # noqa: E402
+from tests.support.conftest_sandbox import make_repo  # noqa: E402
 
 
 def warm_start(image: str | None, trees: object) -> float:

@@ -4,7 +4,8 @@ Each of the last `--commits` non-merge commits of a repository (first parent) gi
 of the commit against its parent (renames detected, 3 lines of context, as a system's prediction would be).
 Each is applied twice: to its own parent, where git diff output sits exactly (the case a workspace build
 meets), and to the parent's `--older`-th ancestor, where hunks drift and files differ (what a stale base
-makes). Both ways, `grader.exactapply` and `git apply --cached` + `git write-tree` must agree: the same tree
+makes). Both ways, `grader.workspace.exactapply` and `git apply --cached` + `git write-tree` must agree: the
+same tree
 whenever exactapply takes a patch, and git must then apply it too. What exactapply declines is counted by
 reason (git applies those in a build).
 
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import parser_for  # noqa: E402
 from grader import bare, exactapply, gitobjects  # noqa: E402
-from grader.gitcmd import safe_env  # noqa: E402
+from grader.workspace.gitcmd import safe_env  # noqa: E402
 
 TARGET_SPEEDUP = 2.0
 

@@ -1,14 +1,15 @@
-"""The in-process applier against git on a real history, mutated: the long run of tests/test_applier_fuzz.py.
+"""The in-process applier against git on a real history, mutated: the long run of
+tests/workspace/test_applier_fuzz.py.
 
 For each of the last `--commits` non-merge commits of a repository (first parent), its `git diff` against
 its parent (a random context of 0 to 5 lines, renames detected or not) is applied to the parent as it is,
-then `--mutants` times mutated by a class drawn from `tests.applier_fuzz_support.MUTATIONS`; the plain patch
-also goes to the parent's `--older`-th ancestor (hunks drift, files differ) and to the parent's tree
+then `--mutants` times mutated by a class drawn from `tests.support.applier_fuzz_support.MUTATIONS`; the plain
+patch also goes to the parent's `--older`-th ancestor (hunks drift, files differ) and to the parent's tree
 rewritten with modes git no longer writes or entries out of order ("odd-base"). Patches made here from the
 commit's files (overlapping hunks, hunks out of order, deletions; "synthetic") are applied and mutated too.
 
-Each case goes to `git apply --cached` + `git write-tree` and to `grader.exactapply`. A divergence is the
-applier making a tree where git refuses the patch or makes another; declining never is one. Nothing is
+Each case goes to `git apply --cached` + `git write-tree` and to `grader.workspace.exactapply`. A divergence
+is the applier making a tree where git refuses the patch or makes another; declining never is one. Nothing is
 written to the repository read (git and the applier work in scratch repositories borrowing its objects).
 
     python bench/exactapply_fuzz.py                                   # this repository's own history
@@ -30,8 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import parser_for  # noqa: E402
-from grader.gitcmd import safe_env  # noqa: E402
-from tests.applier_fuzz_support import (  # noqa: E402
+from grader.workspace.gitcmd import safe_env  # noqa: E402
+from tests.support.applier_fuzz_support import (  # noqa: E402
     Oracle,
     Tally,
     mutants,

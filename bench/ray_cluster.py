@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import parser_for  # noqa: E402
-from grader.formats import load_group_file  # noqa: E402
+from grader.groups.formats import load_group_file  # noqa: E402
+from grader.groups.models import Group  # noqa: E402
 from grader.integrations.cluster import REPOS, build_node_image, start_cluster  # noqa: E402
-from grader.models import Group  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory_group.json"
 WARMUP = 8
@@ -35,7 +35,7 @@ WARMUP = 8
 
 _IN_PROCESS = """
 import json, resource, sys, time
-from grader.formats import load_group_file
+from grader.groups.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
 from grader.pipeline import grade_groups
 (group,) = load_group_file(sys.argv[1])

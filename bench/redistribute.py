@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import parser_for  # noqa: E402
-from grader.redistribute import redistribute_batch, redistribute_group  # noqa: E402
+from grader.redistribution.redistribute import redistribute_batch, redistribute_group  # noqa: E402
 
 TARGET = 10.0
 

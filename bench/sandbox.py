@@ -24,13 +24,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
-
-from conftest_sandbox import _commit, _git, make_repo  # noqa: E402
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 from bench.args import parser_for  # noqa: E402
 from grader.sandbox import open_sandbox  # noqa: E402
 from grader.sandbox.base import DEFAULT_IMAGE  # noqa: E402
+from tests.support.conftest_sandbox import _commit, _git, make_repo  # noqa: E402
 
 
 def timed(fn: Callable[[], object], runs: int) -> list[float]:

@@ -5,7 +5,8 @@ For each group of a SWE-bench import (`gagar import swebench`), with the instanc
 2. in a sandbox on that layer, the base tree's package is imported and the task's `test_command` (the
    instance's test files, as they are at the base commit) is run by pytest: collected / passed / failed;
 3. the LLM grader's `run` tool, driven by a scripted policy on a loopback OpenAI-compatible server
-   (`grader.testing.ScriptedServer`), runs two probes on base and every passing candidate: `tests`, and the
+   (`grader.servers.scripted.ScriptedServer`), runs two probes on base and every passing candidate: `tests`,
+   and the
    instance's FAIL_TO_PASS tests after applying its `test_patch` in each target's copy of the tree (the
    SWE-bench harness's check, made inside gagar's sandbox). The probe's per-target outcome is printed
    beside the harness's published resolved label.
@@ -28,15 +29,15 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 from bench.args import parser_for  # noqa: E402
-from grader.formats import load_group_file  # noqa: E402
 from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
-from grader.models import Group, complete_group  # noqa: E402
+from grader.graders.transcript import read_transcript  # noqa: E402
+from grader.groups.formats import load_group_file  # noqa: E402
+from grader.groups.models import Group, complete_group  # noqa: E402
 from grader.pipeline import GradingOptions, grade_group_sync  # noqa: E402
 from grader.sandbox import open_sandbox  # noqa: E402
 from grader.sandbox.prebuild import prebuild, summary_line  # noqa: E402
-from grader.testing import ScriptedServer, labels_in, tool_calls  # noqa: E402
-from grader.transcript import read_transcript  # noqa: E402
-from grader.workspace import open_workspace  # noqa: E402
+from grader.servers.scripted import ScriptedServer, labels_in, tool_calls  # noqa: E402
+from grader.workspace.workspace import open_workspace  # noqa: E402
 
 SUMMARY = re.compile(
     r"=+ (.*?(?:passed|failed|error|skipped|xfailed|deselected|no tests ran).*?)"

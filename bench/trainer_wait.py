@@ -25,12 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import parser_for  # noqa: E402
-from grader.concurrency import Concurrency  # noqa: E402
-from grader.formats import load_group_file  # noqa: E402
 from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
+from grader.groups.formats import load_group_file  # noqa: E402
 from grader.integrations.batch import BatchGrader  # noqa: E402
 from grader.pipeline import GradingOptions  # noqa: E402
-from grader.testing import ScriptedServer, labels_in, tool_calls  # noqa: E402
+from grader.servers.scripted import ScriptedServer, labels_in, tool_calls  # noqa: E402
+from grader.util.concurrency import Concurrency  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory_group.json"
 

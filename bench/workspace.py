@@ -35,10 +35,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/workspace.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.gitcmd import SAFE_CONFIG, git_identity, safe_env  # noqa: E402
-from grader.mirrors import ENV_CACHE_DIR, MirrorCache  # noqa: E402
-from grader.models import Group, Task, Trajectory, complete_group  # noqa: E402
-from grader.workspace import open_workspace  # noqa: E402
+from grader.groups.models import Group, Task, Trajectory, complete_group  # noqa: E402
+from grader.workspace.gitcmd import SAFE_CONFIG, git_identity, safe_env  # noqa: E402
+from grader.workspace.mirrors import ENV_CACHE_DIR, MirrorCache  # noqa: E402
+from grader.workspace.workspace import open_workspace  # noqa: E402
 
 DJANGO_VERSION = "5.1.15"  # pinned so file counts and patches are the same on every machine and every day
 BASE_DATE = "1723075200 +0000"

@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grader.evaluation.harness import permuted
-from grader.formats import load_groups
 from grader.graders.heuristic import HeuristicGrader
-from grader.models import Group
+from grader.groups.formats import load_groups
+from grader.groups.models import Group
 from grader.pipeline import GradingOptions, grade_group_sync
-from grader.references import (
+from grader.ranking.references import (
     Preference,
     Reference,
     consensus_reference,

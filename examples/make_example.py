@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from grader.gitcmd import git_identity, safe_env
+from grader.workspace.gitcmd import git_identity, safe_env
 
 HERE = Path(__file__).resolve().parent
 

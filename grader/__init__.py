@@ -14,20 +14,65 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from grader.lazy import lazy_exports
+from grader.util.lazy import alias_moved_modules, lazy_exports
 
-# Each public name and the module that defines it. They load on first use (PEP 562, `grader.lazy`), so
+# 0.3 regrouped the flat modules into packages (docs/architecture.md). The old paths stay importable, each
+# an alias of its new home with a DeprecationWarning, for one release.
+alias_moved_modules(
+    {
+        "grader.atomic": "grader.util.atomic",
+        "grader.bare": "grader.workspace.bare",
+        "grader.cache": "grader.graders.cache",
+        "grader.cachedirs": "grader.util.cachedirs",
+        "grader.cli_examples": "grader.cli.examples",
+        "grader.cli_options": "grader.cli.options",
+        "grader.concurrency": "grader.util.concurrency",
+        "grader.exactapply": "grader.workspace.exactapply",
+        "grader.filelock": "grader.util.filelock",
+        "grader.formats": "grader.groups.formats",
+        "grader.gitcmd": "grader.workspace.gitcmd",
+        "grader.gitobjects": "grader.workspace.gitobjects",
+        "grader.hunks": "grader.workspace.hunks",
+        "grader.injections": "grader.workspace.injections",
+        "grader.jsontext": "grader.util.jsontext",
+        "grader.lazy": "grader.util.lazy",
+        "grader.length": "grader.ranking.length",
+        "grader.llamacpp": "grader.servers.llamacpp",
+        "grader.llamacpp_python": "grader.servers.llamacpp_python",
+        "grader.mirrors": "grader.workspace.mirrors",
+        "grader.models": "grader.groups.models",
+        "grader.outcomes": "grader.groups.outcomes",
+        "grader.patches": "grader.workspace.patches",
+        "grader.prompts": "grader.graders.prompts",
+        "grader.ranking_agreement": "grader.ranking.agreement",
+        "grader.redistribute": "grader.redistribution.redistribute",
+        "grader.references": "grader.ranking.references",
+        "grader.registry": "grader.util.registry",
+        "grader.safenames": "grader.util.safenames",
+        "grader.sampling": "grader.groups.sampling",
+        "grader.serve": "grader.servers.serve",
+        "grader.simulate": "grader.redistribution.simulate",
+        "grader.simulate_cli": "grader.redistribution.simulate_cli",
+        "grader.terminal": "grader.util.terminal",
+        "grader.testing": "grader.servers.scripted",
+        "grader.transcript": "grader.graders.transcript",
+        "grader.view": "grader.workspace.view",
+    },
+    removal="0.4",
+)
+
+# Each public name and the module that defines it. They load on first use (PEP 562, `grader.util.lazy`), so
 # `import grader` in a trainer process costs two small modules, and only what a caller touches is imported:
 # the evaluation package, the sandbox images and recipes and distillation stay unloaded unless asked for.
 _EXPORTS: dict[str, str] = {
-    "CachedGrader": "grader.cache",
-    "GradeCache": "grader.cache",
-    "Concurrency": "grader.concurrency",
+    "CachedGrader": "grader.graders.cache",
+    "GradeCache": "grader.graders.cache",
+    "Concurrency": "grader.util.concurrency",
     "GagarError": "grader.errors",
-    "LoadFailure": "grader.formats",
-    "load_group_file": "grader.formats",
-    "load_groups": "grader.formats",
-    "parse_group": "grader.formats",
+    "LoadFailure": "grader.groups.formats",
+    "load_group_file": "grader.groups.formats",
+    "load_groups": "grader.groups.formats",
+    "parse_group": "grader.groups.formats",
     "import_swebench": "grader.sandbox.swebench",
     "Grade": "grader.graders.base",
     "Grader": "grader.graders.base",
@@ -35,42 +80,41 @@ _EXPORTS: dict[str, str] = {
     "get_grader": "grader.graders.base",
     "register_grader": "grader.graders.base",
     "redistribute_advantages": "grader.integrations.tensors",
-    "Group": "grader.models",
-    "GroupGrade": "grader.models",
-    "GroupResult": "grader.models",
-    "Task": "grader.models",
-    "Trajectory": "grader.models",
-    "Outcome": "grader.outcomes",
+    "Group": "grader.groups.models",
+    "GroupGrade": "grader.groups.models",
+    "GroupResult": "grader.groups.models",
+    "Task": "grader.groups.models",
+    "Trajectory": "grader.groups.models",
+    "Outcome": "grader.groups.outcomes",
     "GradingOptions": "grader.pipeline",
     "grade_group": "grader.pipeline",
     "grade_group_sync": "grader.pipeline",
     "grade_groups": "grader.pipeline",
     "write_results": "grader.pipeline",
-    "InvalidRanking": "grader.ranking",
-    "validate_ranking": "grader.ranking",
-    "is_mixed_group": "grader.redistribute",
-    "mixed_group_mask": "grader.redistribute",
-    "rank_to_weights": "grader.redistribute",
-    "redistribute_batch": "grader.redistribute",
-    "redistribute_group": "grader.redistribute",
-    "GradingView": "grader.view",
-    "Workspace": "grader.workspace",
-    "WorkspaceError": "grader.workspace",
-    "open_workspace": "grader.workspace",
+    "InvalidRanking": "grader.ranking.order",
+    "validate_ranking": "grader.ranking.order",
+    "is_mixed_group": "grader.redistribution.redistribute",
+    "mixed_group_mask": "grader.redistribution.redistribute",
+    "rank_to_weights": "grader.redistribution.redistribute",
+    "redistribute_batch": "grader.redistribution.redistribute",
+    "redistribute_group": "grader.redistribution.redistribute",
+    "GradingView": "grader.workspace.view",
+    "Workspace": "grader.workspace.workspace",
+    "WorkspaceError": "grader.workspace.workspace",
+    "open_workspace": "grader.workspace.workspace",
 }
 
 if TYPE_CHECKING:
-    from grader.cache import CachedGrader, GradeCache
-    from grader.concurrency import Concurrency
     from grader.errors import GagarError
-    from grader.formats import LoadFailure, load_group_file, load_groups, parse_group
     from grader.graders.base import Grade, Grader, GradingFailed, get_grader, register_grader
+    from grader.graders.cache import CachedGrader, GradeCache
+    from grader.groups.formats import LoadFailure, load_group_file, load_groups, parse_group
+    from grader.groups.models import Group, GroupGrade, GroupResult, Task, Trajectory
+    from grader.groups.outcomes import Outcome
     from grader.integrations.tensors import redistribute_advantages
-    from grader.models import Group, GroupGrade, GroupResult, Task, Trajectory
-    from grader.outcomes import Outcome
     from grader.pipeline import GradingOptions, grade_group, grade_group_sync, grade_groups, write_results
-    from grader.ranking import InvalidRanking, validate_ranking
-    from grader.redistribute import (
+    from grader.ranking.order import InvalidRanking, validate_ranking
+    from grader.redistribution.redistribute import (
         is_mixed_group,
         mixed_group_mask,
         rank_to_weights,
@@ -78,8 +122,9 @@ if TYPE_CHECKING:
         redistribute_group,
     )
     from grader.sandbox.swebench import import_swebench
-    from grader.view import GradingView
-    from grader.workspace import Workspace, WorkspaceError, open_workspace
+    from grader.util.concurrency import Concurrency
+    from grader.workspace.view import GradingView
+    from grader.workspace.workspace import Workspace, WorkspaceError, open_workspace
 
 
 def __getattr__(name: str) -> Any:
@@ -98,7 +143,7 @@ def __getattr__(name: str) -> Any:
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module("grader.formats").LoadFailure
+        return importlib.import_module("grader.groups.formats").LoadFailure
     return _exported(name)
 
 

@@ -3,7 +3,7 @@
 Catch `GagarError` to handle anything gagar reports about its input or its environment; anything else is a
 bug. The classes that stand for bad values also derive from `ValueError`, so callers that treat bad input
 as a `ValueError` keep working. The pipeline turns each of these into a group's result (never an exception
-out of a batch): see `grader.outcomes` for the typed reasons a result carries.
+out of a batch): see `grader.groups.outcomes` for the typed reasons a result carries.
 """
 
 from __future__ import annotations

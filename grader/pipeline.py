@@ -18,26 +18,28 @@ from typing import Any
 
 import numpy as np
 
-from grader import length, patches, redistribute
-from grader.atomic import write_lines_atomic
-from grader.concurrency import Concurrency, default_resources
 from grader.errors import BaseCommitMissing, GradingFailed, InvalidRanking, WorkspaceError
-from grader.formats import LoadFailure
-from grader.gitcmd import GitError
 from grader.graders.base import Grade, Grader
-from grader.mirrors import MirrorCache, base_missing_reason, is_url, shared_cache
-from grader.models import Group, GroupResult, TrajectoryReport
-from grader.outcomes import Outcome, RedistributionOutcome
-from grader.ranking import validate_ranking
-from grader.sampling import skip_reason
-from grader.view import WorkspaceView
-from grader.workspace import DEFAULT_MAX_FUZZ, Workspace, open_workspace
+from grader.groups.formats import LoadFailure
+from grader.groups.models import Group, GroupResult, TrajectoryReport
+from grader.groups.outcomes import Outcome, RedistributionOutcome
+from grader.groups.sampling import skip_reason
+from grader.ranking import length
+from grader.ranking.order import validate_ranking
+from grader.redistribution import redistribute
+from grader.util.atomic import write_lines_atomic
+from grader.util.concurrency import Concurrency, default_resources
+from grader.workspace import patches
+from grader.workspace.gitcmd import GitError
+from grader.workspace.mirrors import MirrorCache, base_missing_reason, is_url, shared_cache
+from grader.workspace.view import WorkspaceView
+from grader.workspace.workspace import DEFAULT_MAX_FUZZ, Workspace, open_workspace
 
 
 @dataclass
 class GradingOptions:
     """How groups are graded and credit redistributed. The defaults are what `gagar grade` uses; the fields
-    with a command-line name are the options of every command that grades (see `grader.cli_options`)."""
+    with a command-line name are the options of every command that grades (see `grader.cli.options`)."""
 
     grade_all_pass: bool = False
     """Also grade groups where every trajectory passed (a standalone patch set)."""
@@ -384,7 +386,7 @@ def grade_group_contained(
 def write_results(results: Iterable[GroupResult], out_dir: Path | str) -> Path:
     """Write results as `out_dir/results.jsonl` (one line per group), returning the path.
 
-    The file is replaced atomically (`grader.atomic`): an interrupted write leaves the previous one.
+    The file is replaced atomically (`grader.util.atomic`): an interrupted write leaves the previous one.
     Raises OSError when the folder cannot be made or the file written, ValueError for a non-finite number.
     """
     out = Path(out_dir)

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from grader.errors import ImageBuildError
-from grader.gitcmd import git_identity, safe_env
 from grader.graders.llm import LLMGrader
-from grader.mirrors import MirrorCache
-from grader.models import Group, Task, Trajectory, complete_group
+from grader.groups.models import Group, Task, Trajectory, complete_group
 from grader.sandbox.interpreters import Interpreter
-from tests.progress import build_progress
+from grader.workspace.gitcmd import git_identity, safe_env
+from grader.workspace.mirrors import MirrorCache
+from tests.support.progress import build_progress
 
 # The real llama.cpp server, one per session (its fixture builds or reuses it, or skips with the reason).
-pytest_plugins = ["tests.llama_support"]
+pytest_plugins = ["tests.support.llama_support"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_GROUP = REPO_ROOT / "examples" / "inventory_group.json"
@@ -40,7 +40,7 @@ _GIT_ENV = safe_env(git_identity("t", "t@localhost", date="2024-01-01T00:00:00+0
 
 
 def run_gagar(
-    *args: str, timeout: float = 600, module: str = "grader.cli", env: dict[str, str] | None = None
+    *args: str, timeout: float = 600, module: str = "grader.cli.main", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The `gagar` command line (or another entry `module`), run as a new user would, from the repository
     root, its output a pipe."""

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from grader import Grade, GradingOptions, grade_groups, redistribute_advantages
-from grader.cli import build_parser
-from grader.concurrency import Concurrency
+from grader.cli.main import build_parser
 from grader.errors import GagarError, UnknownName
-from grader.formats import load_group_file
 from grader.graders.base import GRADERS, get_grader
-from grader.registry import Registry
+from grader.groups.formats import load_group_file
 from grader.sandbox import BACKENDS
-from grader.view import GradingView, WorkspaceView
-from grader.workspace import open_workspace
+from grader.util.concurrency import Concurrency
+from grader.util.registry import Registry
+from grader.workspace.view import GradingView, WorkspaceView
+from grader.workspace.workspace import open_workspace
 from tests.conftest import EXAMPLE_GROUP, run_gagar
 
 
@@ -170,7 +170,7 @@ def test_max_sandboxes_holds_counted_from_the_engine(tmp_path: Path, sandbox_ima
     import docker
 
     from grader.graders.llm import Budgets, LLMGrader
-    from grader.testing import ScriptedServer, labels_in, tool_calls
+    from grader.servers.scripted import ScriptedServer, labels_in, tool_calls
 
     def policy(request, n):
         if n == 0:

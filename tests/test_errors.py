@@ -10,7 +10,7 @@ import grader
 from grader.errors import GagarError
 
 # Control flow that never leaves its module: `exactapply` declines a patch and the workspace hands it to git.
-INTERNAL = {"grader.exactapply.Declined"}
+INTERNAL = {"grader.workspace.exactapply.Declined"}
 
 
 def _gagar_exceptions() -> dict[str, type[BaseException]]:

@@ -20,16 +20,16 @@ import pytest
 
 from grader.errors import GagarError, InvalidReference
 from grader.evaluation.benchmark import BenchmarkError, load_benchmark
-from grader.formats import LoadFailure, load_group_file, load_groups
 from grader.graders.base import Grade
 from grader.graders.heuristic import HeuristicGrader
+from grader.groups.formats import LoadFailure, load_group_file, load_groups
+from grader.groups.models import Group
+from grader.groups.outcomes import Outcome
 from grader.integrations import batch as batch_module
 from grader.integrations.batch import BatchGrader, CollectError
 from grader.integrations.rows import RowError, RowMapping
-from grader.models import Group
-from grader.outcomes import Outcome
-from grader.references import load_references
-from grader.view import GradingView
+from grader.ranking.references import load_references
+from grader.workspace.view import GradingView
 from tests.conftest import EXAMPLE_GROUP, REPO_ROOT, run_gagar
 
 TINY = REPO_ROOT / "examples" / "benchmark-tiny"
@@ -305,7 +305,7 @@ def test_a_large_ranking_loads_in_bounded_memory(tmp_path: Path) -> None:
     script = (
         "import resource, sys, tracemalloc\n"
         "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from grader.references import agreement, load_references\n"
+        "from grader.ranking.references import agreement, load_references\n"
         "tracemalloc.start()\n"
         f"(ref,) = load_references({str(path)!r}).values()\n"
         "assert len(ref.preferences) == 5000 * 4999 // 2, len(ref.preferences)\n"

@@ -23,14 +23,15 @@ def _loaded_after(code: str) -> list[str]:
 
 
 def test_importing_a_package_loads_none_of_its_modules() -> None:
-    assert _loaded_after("import grader") == ["grader", "grader.lazy"]
+    assert _loaded_after("import grader") == ["grader", "grader.util", "grader.util.lazy"]
     packages = "import grader.evaluation, grader.inspect, grader.integrations"
     assert _loaded_after(packages) == [
         "grader",
         "grader.evaluation",
         "grader.inspect",
         "grader.integrations",
-        "grader.lazy",
+        "grader.util",
+        "grader.util.lazy",
     ]
     assert [
         m for m in _loaded_after("import grader.evaluation.metrics") if m.startswith("grader.evaluation.")
@@ -43,7 +44,7 @@ def test_importing_a_package_loads_none_of_its_modules() -> None:
         "from grader import grade_groups, get_grader, load_groups, GroupResult",
         "from grader import redistribute_advantages",
         "from grader.integrations import BatchGrader",
-        "import grader.length",
+        "import grader.ranking.length",
         "from grader.integrations import BatchGrader, RowMapping, redistribute_advantages",
     ],
 )
@@ -63,7 +64,7 @@ def test_every_public_name_resolves(package: str) -> None:
 
 
 def test_the_old_load_error_name_warns_and_is_load_failure() -> None:
-    from grader.formats import LoadFailure
+    from grader.groups.formats import LoadFailure
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

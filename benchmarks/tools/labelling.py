@@ -23,8 +23,8 @@ same category into `references.jsonl`; disagreements and "none" are left out. A 
 since the draw counts in the agreement but is neither recorded nor kept (it belongs to the probe track).
 Rerunning it replaces what an earlier run wrote, nothing else. The pairs were drawn before the recipe was
 split: `agree` writes every pair's lines here, and `make_swebench_lite.py` then moves those of an instance now
-in swebench-lite-large there (tests/test_bench_prepare.py checks that each recipe's labels name its own
-instances).
+in swebench-lite-large there (tests/evaluation/test_bench_prepare.py checks that each recipe's labels name its
+own instances).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from grader.errors import GagarError, InvalidReference  # noqa: E402
 from grader.evaluation.benchmark import PROBED  # noqa: E402
 from grader.evaluation.prepare import SourceLocator, preference_candidates  # noqa: E402
 from grader.evaluation.recipe import RecipeError, load_recipe  # noqa: E402
-from grader.references import CATEGORIES, load_references  # noqa: E402
+from grader.ranking.references import CATEGORIES, load_references  # noqa: E402
 
 DEFAULT_RECIPE = Path(__file__).resolve().parents[1] / "swebench-lite"
 AVAILABLE_REPOSITORIES = (

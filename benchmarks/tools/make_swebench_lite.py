@@ -39,7 +39,7 @@ from grader.evaluation.recipe import (
     sha256_bytes,
     sha256_text,
 )
-from grader.gitcmd import out as git_out
+from grader.workspace.gitcmd import out as git_out
 
 NAME = "swebench-lite"
 LARGE_NAME = "swebench-lite-large"

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from grader.evaluation.harness import score_result
-from grader.models import GroupResult
-from grader.references import load_references
+from grader.groups.models import GroupResult
+from grader.ranking.references import load_references
 
 
 def pooled(results: list[GroupResult], references: dict) -> dict[str, tuple[float, int]]:

@@ -1,6 +1,7 @@
 """slime: the reward post-process on slime's sample shapes, then grading during the rollout.
 
-slime is not on PyPI, so `grader.testing` stands in a minimal Sample (the reward, the response length,
+slime is not on PyPI, so `grader.servers.scripted` stands in a minimal Sample (the reward, the response
+length,
 the metadata that a --group-rm reward function filled with gagar weights) and slime's argument namespace.
 The second part grades during the rollout: `SlimeGrading.group_rm` (the --custom-rm-path function under
 --group-rm) submits each group of the bundled example's patches to the real heuristic grader as it is
@@ -14,8 +15,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
+from grader.groups.formats import load_group_file
 from grader.integrations.batch import BatchGrader
 from grader.integrations.slime import (
     SLIME_MAPPING,
@@ -24,8 +25,8 @@ from grader.integrations.slime import (
     keep_mixed_groups,
     reward_post_process,
 )
-from grader.testing import SlimeSample as Sample
-from grader.testing import slime_args
+from grader.servers.scripted import SlimeSample as Sample
+from grader.servers.scripted import slime_args
 
 args = slime_args()
 rewards = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]

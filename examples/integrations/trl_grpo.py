@@ -17,12 +17,12 @@ from typing import Any
 from datasets import Dataset
 from trl import GRPOConfig
 
-from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
+from grader.groups.formats import load_group_file
 from grader.integrations.batch import BatchGrader
 from grader.integrations.rows import RowMapping
 from grader.integrations.trl import GagarGRPOTrainer
-from grader.testing import tiny_llama
+from grader.servers.scripted import tiny_llama
 
 G = 4
 (example,) = load_group_file(Path(__file__).resolve().parents[1] / "inventory_group.json")

@@ -11,8 +11,8 @@ and `verl_plugin.attach(BatchGrader(...))` in the trainer process submits each s
 rewards are known. Here the step of verl's legacy RayPPOTrainer.fit runs from the reward on with verl's own
 functions and its own config (composed from verl's hydra files with the overrides above): the batch is the
 bundled example group (examples/inventory_group.json) as the reward step leaves it, the log-prob step is
-stood in by a 1 s sleep (no model here). tests/test_integrations_verl_v1.py runs the v1 trainer's step.
-Run: python examples/integrations/verl_grpo.py (needs verl).
+stood in by a 1 s sleep (no model here). tests/integrations/test_integrations_verl_v1.py runs the v1 trainer's
+step. Run: python examples/integrations/verl_grpo.py (needs verl).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import verl
 from hydra import compose, initialize_config_dir
 from verl.trainer.ppo import ray_trainer
 
-from grader.formats import load_group_file
 from grader.graders.heuristic import HeuristicGrader
+from grader.groups.formats import load_group_file
 from grader.integrations import verl_plugin
 from grader.integrations.batch import BatchGrader
 from grader.integrations.verl import VERL_MAPPING
-from grader.testing import verl_reward_batch
+from grader.servers.scripted import verl_reward_batch
 
 with initialize_config_dir(os.path.join(os.path.dirname(verl.__file__), "trainer/config"), version_base=None):
     config = compose(

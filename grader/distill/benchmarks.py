@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.evaluation.benchmark import find_benchmark
-from grader.formats import load_groups
-from grader.models import Group
+from grader.groups.formats import load_groups
+from grader.groups.models import Group
 
 MANIFEST = "benchmark.json"
 

@@ -11,15 +11,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from grader.cli_options import add_config_arguments, config_from_args
-from grader.concurrency import Concurrency
+from grader.cli.options import add_config_arguments, config_from_args
 from grader.distill.benchmarks import benchmark_folders, load_benchmarks
 from grader.distill.run import DistillConfig, Plan, distill
 from grader.evaluation.benchmark import benchmark_roots
 from grader.evaluation.prepare import prepared_root
-from grader.formats import check_inputs
 from grader.graders.llm_config import LLMConfig
-from grader.terminal import printable
+from grader.groups.formats import check_inputs
+from grader.util.concurrency import Concurrency
+from grader.util.terminal import printable
 
 # The teacher's options: the LLM grader's, less those distillation fixes (native tools, seeds per sample).
 TEACHER_FIELDS = [f.name for f in dataclasses.fields(LLMConfig) if f.name not in ("tool_mode", "seed")]

@@ -29,21 +29,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.atomic import remove_leftover_temporaries, write_text_atomic
-from grader.concurrency import Concurrency, default_resources
 from grader.distill import sft
 from grader.distill.augment import AugmentationRefused, relabel
 from grader.distill.benchmarks import Benchmarks, task_hash
 from grader.errors import DistillError, GradingFailed, InvalidRanking, WorkspaceError
-from grader.formats import LoadFailure, load_groups
 from grader.graders.llm import LLMGrader
 from grader.graders.tools import constrain_labels, offered_tools, tool_schemas
-from grader.jsontext import loads
-from grader.models import Group
-from grader.ranking import validate_ranking
-from grader.references import Reference, agreement, load_references
-from grader.transcript import read_transcript
-from grader.workspace import Workspace, open_workspace, ref_name
+from grader.graders.transcript import read_transcript
+from grader.groups.formats import LoadFailure, load_groups
+from grader.groups.models import Group
+from grader.ranking.order import validate_ranking
+from grader.ranking.references import Reference, agreement, load_references
+from grader.util.atomic import remove_leftover_temporaries, write_text_atomic
+from grader.util.concurrency import Concurrency, default_resources
+from grader.util.jsontext import loads
+from grader.workspace.workspace import Workspace, open_workspace, ref_name
 
 log = logging.getLogger(__name__)
 
@@ -765,7 +765,7 @@ def distill(
 
     Args:
         inputs: group files.
-        reference: the reference file, any kind `grader.references.load_references` reads (pairwise,
+        reference: the reference file, any kind `grader.ranking.references.load_references` reads (pairwise,
             ranking, degrade, consensus).
         teacher: the LLM grader's options (`LLMConfig` fields: model, base_url, budgets, sandbox, ...).
         out: the output folder.

@@ -31,7 +31,7 @@ def messages_from_events(events: Iterable[dict[str, Any]]) -> list[Message]:
     model last saw it, where the grader left messages out to fit the model's context ("left_out" events).
 
     Args:
-        events: the transcript's events (`grader.transcript`), of a native tool-calling grading.
+        events: the transcript's events (`grader.graders.transcript`), of a native tool-calling grading.
 
     Returns:
         Chat messages: system, user, assistant (with `tool_calls`), tool (with `tool_call_id`, `name`).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grader.lazy import lazy_exports
+from grader.util.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from grader.evaluation.benchmark import Benchmark, BenchmarkError, find_benchmark, load_benchmark
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
         evaluate,
         load_reference,
     )
-    from grader.redistribute import shrink_weights
+    from grader.redistribution.redistribute import shrink_weights
 
-# Loaded on first use (grader.lazy): importing the package loads none of these modules.
+# Loaded on first use (grader.util.lazy): importing the package loads none of these modules.
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
@@ -54,7 +54,7 @@ __getattr__, __dir__ = lazy_exports(
         "consistency_summary": "grader.evaluation.harness",
         "evaluate": "grader.evaluation.harness",
         "load_reference": "grader.evaluation.harness",
-        "shrink_weights": "grader.redistribute",
+        "shrink_weights": "grader.redistribution.redistribute",
     },
     globals(),
 )

@@ -5,7 +5,7 @@ The format is written down in docs/benchmark.md. A benchmark is a folder:
     benchmark.json     name, format version, description, sources (repository, licence), instances
     groups/            group files (*.json, *.jsonl); each task's repo points at a bundle below
     bundles/           one git bundle per base tree: a single root commit holding exactly the upstream tree
-    references.jsonl   references of any kind (grader.references), one per group
+    references.jsonl   references of any kind (grader.ranking.references), one per group
     split.json         {"dev": [instance, ...], "test": [instance, ...]}
     provenance.json    bundles (upstream repository, commit, tree), patches and labellers
     labels.jsonl       double-labelling records of the labelled pairs that carry no probe
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import GagarError, GitError, InputFileError, InvalidReference
-from grader.formats import LoadFailure, load_groups
-from grader.gitcmd import git, git_identity, safe_env
-from grader.gitcmd import out as git_out
-from grader.jsontext import loads
-from grader.models import Group
-from grader.references import Reference, load_references
+from grader.groups.formats import LoadFailure, load_groups
+from grader.groups.models import Group
+from grader.ranking.references import Reference, load_references
+from grader.util.jsontext import loads
+from grader.workspace.gitcmd import git, git_identity, safe_env
+from grader.workspace.gitcmd import out as git_out
 
 FORMAT = 1
 SPLITS = ("dev", "test")

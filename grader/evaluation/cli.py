@@ -17,9 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from grader.atomic import write_text_atomic
-from grader.cache import CachedGrader
-from grader.cli_options import GradingArguments, add_grading_arguments, command_group, grading_from_args
+from grader.cli.options import GradingArguments, add_grading_arguments, command_group, grading_from_args
 from grader.errors import InputFileError
 from grader.evaluation import degrade as degrading
 from grader.evaluation import harness
@@ -27,12 +25,14 @@ from grader.evaluation.benchmark import SPLITS, Benchmark, bundle_base_tree, loa
 from grader.evaluation.consensus import ConsensusGrader
 from grader.evaluation.prepare import TRACKS, SourceLocator, find_recipe, prepare, resolve_bench
 from grader.evaluation.recipe import load_recipe
-from grader.formats import LoadFailure, check_inputs, load_groups
 from grader.graders import get_grader
 from grader.graders.base import GRADERS, Grader
-from grader.models import Group
+from grader.graders.cache import CachedGrader
+from grader.groups.formats import LoadFailure, check_inputs, load_groups
+from grader.groups.models import Group
 from grader.pipeline import write_results
-from grader.references import Reference, load_references, write_references
+from grader.ranking.references import Reference, load_references, write_references
+from grader.util.atomic import write_text_atomic
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:

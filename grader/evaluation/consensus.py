@@ -16,8 +16,8 @@ from typing import Any
 from grader.errors import GradingFailed, InvalidRanking
 from grader.evaluation import metrics
 from grader.graders.base import Grade, Grader
-from grader.ranking import validate_ranking
-from grader.view import GradingView
+from grader.ranking.order import validate_ranking
+from grader.workspace.view import GradingView
 
 
 def agreement_factor(rankings: list[list[list[str]]]) -> float:

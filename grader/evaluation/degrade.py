@@ -23,16 +23,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from grader import patches
-from grader.atomic import write_text_atomic
 from grader.errors import DegradeError
 from grader.evaluation import edits
 from grader.evaluation.edits import NotApplicable
-from grader.formats import load_group_file, write_groups
-from grader.gitcmd import git, out
-from grader.mirrors import MirrorCache
-from grader.models import Group, Trajectory, complete_group
-from grader.workspace import BASE, Workspace, open_workspace
+from grader.groups.formats import load_group_file, write_groups
+from grader.groups.models import Group, Trajectory, complete_group
+from grader.util.atomic import write_text_atomic
+from grader.workspace import patches
+from grader.workspace.gitcmd import git, out
+from grader.workspace.mirrors import MirrorCache
+from grader.workspace.workspace import BASE, Workspace, open_workspace
 
 # Severity tiers of the reference, 1 the mildest. Within a tier variants tie: the order between, say, a
 # needless rename and a reformatted file is a matter of taste, and a reference should not score taste.

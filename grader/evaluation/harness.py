@@ -16,19 +16,19 @@ from typing import Any
 
 from grader.errors import InputFileError
 from grader.evaluation import metrics
-from grader.formats import LoadFailure
 from grader.graders.base import Grader
-from grader.jsontext import loads
-from grader.models import Group, GroupResult
+from grader.groups.formats import LoadFailure
+from grader.groups.models import Group, GroupResult
 from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
-from grader.ranking import InvalidRanking, check_ranking
-from grader.references import (
+from grader.ranking.order import InvalidRanking, check_ranking
+from grader.ranking.references import (
     Reference,
     agreement,
     check_ids,
     consensus_reference,
     reference_from_ranking,
 )
+from grader.util.jsontext import loads
 
 GraderFactory = Callable[[int], Grader]
 AnyReference = metrics.Ranking | Reference

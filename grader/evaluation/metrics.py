@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 
-from grader.ranking import positions
-from grader.ranking_agreement import PositionBias, agreement, kendall_tau, position_bias
-from grader.references import credit
+from grader.ranking.agreement import PositionBias, agreement, kendall_tau, position_bias
+from grader.ranking.order import positions
+from grader.ranking.references import credit
 
 Ranking = Sequence[Sequence[str]]
 

@@ -5,7 +5,8 @@ repositories (`--source-root DIR` holding OWNER/NAME git dirs, bare or not; `--s
 from clones of https://github.com/OWNER/NAME made into the cache when online. Every file's sha256 and every
 patch's sha256 is checked; the first mismatch stops the run, named. Base trees are not copied: each group's
 task names https://github.com/OWNER/NAME at its base commit, and `prepare` seeds the shared mirror cache
-(grader.mirrors) under that URL from the local copy, so workspaces then find every base commit offline.
+(grader.workspace.mirrors) under that URL from the local copy, so workspaces then find every base commit
+offline.
 
 Output, under `prepared_root()/NAME/`: one benchmark folder per track (`verification/`, `preference/` once
 it has labelled pairs), each in the format of grader.evaluation.benchmark plus `references.dev.jsonl` and
@@ -23,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.cachedirs import data_cache
 from grader.errors import GagarError, GitError, InputFileError
 from grader.evaluation.recipe import (
     Candidate,
@@ -38,11 +38,12 @@ from grader.evaluation.recipe import (
     sha256_bytes,
     sha256_text,
 )
-from grader.filelock import file_lock
-from grader.gitcmd import git
-from grader.gitcmd import out as git_out
-from grader.mirrors import MirrorCache, has_commit
 from grader.sandbox.swebench import swebench_environment
+from grader.util.cachedirs import data_cache
+from grader.util.filelock import file_lock
+from grader.workspace.gitcmd import git
+from grader.workspace.gitcmd import out as git_out
+from grader.workspace.mirrors import MirrorCache, has_commit
 
 TRACKS = ("preference", "verification")
 VERIFICATION_REASON = "the published harness report resolves the first and not the second"
@@ -62,8 +63,8 @@ class NotPrepared(GagarError, FileNotFoundError):
 
 
 def prepared_root() -> Path:
-    """Where prepared benchmarks live: `benchmarks` in the data cache (`grader.cachedirs`: `$GAGAR_CACHE`,
-    else `~/.cache/gagar`), beside the mirrors."""
+    """Where prepared benchmarks live: `benchmarks` in the data cache (`grader.util.cachedirs`:
+    `$GAGAR_CACHE`, else `~/.cache/gagar`), beside the mirrors."""
     return data_cache() / "benchmarks"
 
 

@@ -17,7 +17,7 @@ from grader.errors import GagarError
 from grader.evaluation.benchmark import Benchmark, Probe
 from grader.sandbox.base import ExecResult, Limits, Sandbox
 from grader.sandbox.environments import open_task_sandbox
-from grader.workspace import open_workspace
+from grader.workspace.workspace import open_workspace
 
 STARTED = "gagar-probe: started"
 """Written to stderr just before the probe runs: a failure without it is the harness's, not the probe's."""

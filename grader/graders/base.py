@@ -13,9 +13,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from grader.errors import GradingFailed
 from grader.graders.llm_config import LLMConfig
-from grader.ranking import Ranking
-from grader.registry import Registry
-from grader.view import GradingView
+from grader.ranking.order import Ranking
+from grader.util.registry import Registry
+from grader.workspace.view import GradingView
 
 
 @dataclass

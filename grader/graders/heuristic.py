@@ -50,11 +50,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from grader import patches
 from grader.graders import signatures
 from grader.graders.base import Grade
-from grader.ranking import expand_classes
-from grader.view import BASE, GradingView
+from grader.ranking.order import expand_classes
+from grader.workspace import patches
+from grader.workspace.view import BASE, GradingView
 
 PENALTIES = {
     "test_files_modified": 3.0,

@@ -32,6 +32,7 @@ from grader.graders.endpoint import (
     Traffic,
 )
 from grader.graders.llm_config import LLMConfig
+from grader.graders.prompts import Prompts, load_prompts
 from grader.graders.tools import (
     MAX_RUN_TIMEOUT,
     SUBMIT,
@@ -43,10 +44,9 @@ from grader.graders.tools import (
     injections_by_trajectory,
     wrap,
 )
-from grader.prompts import Prompts, load_prompts
-from grader.transcript import Transcript
-from grader.view import GradingView
-from grader.workspace import ref_name
+from grader.graders.transcript import Transcript
+from grader.workspace.view import GradingView
+from grader.workspace.workspace import ref_name
 
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
 FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."

@@ -23,12 +23,12 @@ from typing import Any
 
 from grader.errors import ToolError
 from grader.graders.budgets import Budgets
-from grader.hunks import split_lines
-from grader.injections import find_injections
-from grader.ranking import InvalidRanking, validate_ranking
+from grader.ranking.order import InvalidRanking, validate_ranking
 from grader.sandbox.base import Sandbox, SandboxError
 from grader.sandbox.output import cap_lines, cap_text
-from grader.view import BASE, GradingView
+from grader.workspace.hunks import split_lines
+from grader.workspace.injections import find_injections
+from grader.workspace.view import BASE, GradingView
 
 DEFAULT_OUTPUT_CHARS = 12_000
 DEFAULT_PAGE_CHARS = 8_000

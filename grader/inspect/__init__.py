@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grader.lazy import lazy_exports
+from grader.util.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from grader.inspect.diff import Comparison, compare
     from grader.inspect.report import build_report, write_report
     from grader.inspect.run import Run, Summary, load_run, summarize
 
-# Loaded on first use (grader.lazy): importing the package loads none of these modules.
+# Loaded on first use (grader.util.lazy): importing the package loads none of these modules.
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grader import length
 from grader.inspect import diff, show, trend
 from grader.inspect.report import REPORT, write_report
 from grader.inspect.run import load_run
-from grader.length import RewardingLength
+from grader.ranking import length
+from grader.ranking.length import RewardingLength
 
 
 def cmd_show(args: argparse.Namespace) -> int:

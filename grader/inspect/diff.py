@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from grader.groups.models import GroupResult
 from grader.inspect.run import Run, dumps_compact, fired_signals, rank_of
 from grader.inspect.show import code_view, printable, signed
-from grader.models import GroupResult
-from grader.workspace import WorkspaceError, open_workspace
+from grader.workspace.workspace import WorkspaceError, open_workspace
 
 
 @dataclass

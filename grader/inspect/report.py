@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grader.atomic import write_text_atomic
+from grader.groups.models import GroupResult
 from grader.inspect.assets import CSS, JS
 from grader.inspect.run import (
     Run,
@@ -33,8 +33,8 @@ from grader.inspect.run import (
     weight_spread,
 )
 from grader.inspect.steps import readable_steps
-from grader.length import read_step
-from grader.models import GroupResult
+from grader.ranking.length import read_step
+from grader.util.atomic import write_text_atomic
 
 REPORT = "report.html"
 FLOAT_KEY = "$float"  # see _finite_json; the page's JSON reviver knows it too

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grader.formats import LoadFailure, load_groups
-from grader.jsontext import loads
-from grader.models import Group, GroupResult, TrajectoryReport
+from grader.groups.formats import LoadFailure, load_groups
+from grader.groups.models import Group, GroupResult, TrajectoryReport
+from grader.util.jsontext import loads
 
 RESULTS = "results.jsonl"
 GROUPS = "groups.jsonl"

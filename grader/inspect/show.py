@@ -22,6 +22,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from grader.groups.models import GroupResult, LengthSignal
 from grader.inspect.run import (
     Run,
     candidate_order,
@@ -35,9 +36,8 @@ from grader.inspect.run import (
     weight_spread,
 )
 from grader.inspect.steps import Step, looks_like_diff, readable_steps
-from grader.length import StepReading, read_step
-from grader.models import GroupResult, LengthSignal
-from grader.terminal import printable
+from grader.ranking.length import StepReading, read_step
+from grader.util.terminal import printable
 
 PIPED_WIDTH = 120  # piped output lands in files and pagers, where rich's 80-column default squeezes tables
 SHORT_LINES = 12  # lines of a long message or tool result shown before "--full"

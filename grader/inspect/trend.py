@@ -2,7 +2,7 @@
 
 For each step: how many graded groups carry a length signal, the mean length of their top- and bottom-ranked
 trajectories, and the mean Kendall tau of credit with length and with patch size; then the warning rule of
-`grader.length.RewardingLength` over the last steps.
+`grader.ranking.length.RewardingLength` over the last steps.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rich.text import Text
 
 from grader.inspect.run import load_run
 from grader.inspect.show import printable
-from grader.length import RewardingLength, StepReading, read_step
+from grader.ranking.length import RewardingLength, StepReading, read_step
 
 UNITS = {"response_length": "tokens", "patch_size": "patch lines"}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grader.lazy import lazy_exports
+from grader.util.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from grader.integrations.batch import BatchClosed, BatchGrader, CollectError, GuardConfig, StepWeights
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from grader.integrations.tensors import redistribute_advantages, to_numpy
     from grader.integrations.weights import WeightsFn, call_weights_fn, weights_from_results
 
-# Loaded on first use (grader.lazy): importing the package loads none of these modules.
+# Loaded on first use (grader.util.lazy): importing the package loads none of these modules.
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {

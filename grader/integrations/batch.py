@@ -8,8 +8,8 @@ weight per row, in the rows' order, 1.0 for every row whose group was not graded
 unreadable), each with its reason, and the step's metrics.
 
 The guard (:class:`GuardConfig`): the policy is trained against this grader and will learn to please it.
-Trajectories whose patch addresses the grader (``grader.injections.find_injections``) are ranked last
-among the passing ones; a sampled share of groups is graded a second time (fresh labels: the LLM grader
+Trajectories whose patch addresses the grader (``grader.workspace.injections.find_injections``) are ranked
+last among the passing ones; a sampled share of groups is graded a second time (fresh labels: the LLM grader
 draws new ones per grading unless its seed is fixed), and when the two gradings agree less than
 ``min_agreement`` (mean Kendall tau-b), or the share of flagged trajectories jumps above its running mean by
 more than ``max_flag_jump``, the whole step falls back to 1.0 with the reason logged: a drifting grader can
@@ -43,16 +43,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from grader import ranking_agreement
 from grader.errors import GagarError
 from grader.graders.base import Grader
-from grader.injections import find_injections
+from grader.groups.models import Group, GroupResult
+from grader.groups.outcomes import Outcome
 from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_rows
-from grader.length import read_step
-from grader.models import Group, GroupResult
-from grader.outcomes import Outcome
 from grader.pipeline import GradingOptions, grade_group_contained, passthrough
-from grader.redistribute import is_mixed_group, rank_to_weights, shrink_weights
+from grader.ranking import agreement as ranking_agreement
+from grader.ranking.length import read_step
+from grader.redistribution.redistribute import is_mixed_group, rank_to_weights, shrink_weights
+from grader.workspace.injections import find_injections
 
 if TYPE_CHECKING:
     from grader.integrations.ray import RayGrader
@@ -613,8 +613,8 @@ class BatchGrader:
             metrics["gagar/position_bias"] = bias
         if agreement is not None:
             metrics["gagar/self_agreement"] = agreement
-        # The length monitor (grader.length): Kendall tau of credit with length, and the lengths of the
-        # top- and bottom-ranked trajectories, averaged over this step's graded groups.
+        # The length monitor (grader.ranking.length): Kendall tau of credit with length, and the lengths of
+        # the top- and bottom-ranked trajectories, averaged over this step's graded groups.
         reading = read_step("step", list(results.values()))
         for name, values in (
             ("length_tau_weight", reading.taus),

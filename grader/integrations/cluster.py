@@ -35,11 +35,11 @@ from typing import Any
 
 import tomllib
 
-from grader.cachedirs import machine_cache
 from grader.errors import GagarError
-from grader.filelock import file_lock
 from grader.sandbox.images import HASH_LABEL
 from grader.sandbox.leftovers import LABEL, LABEL_CREATED, LABEL_EXPIRES, owner_labels
+from grader.util.cachedirs import machine_cache
+from grader.util.filelock import file_lock
 
 NODE_IMAGE = "gagar/ray-node:latest"
 BASE_IMAGE = "gagar/debian-python:bookworm"

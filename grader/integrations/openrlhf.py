@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from grader.integrations.tensors import redistribute_advantages, to_numpy
-from grader.redistribute import Preserve
+from grader.redistribution.redistribute import Preserve
 
 __all__ = ["group_norm", "redistribute_experiences", "redistribute_group_norm"]
 
@@ -50,7 +50,7 @@ def redistribute_group_norm(
 
     Raises:
         ValueError: ``advantages`` is not 2-D, ``preserve="token"`` comes without ``response_lengths``, or
-            an argument is off as :func:`grader.redistribute.redistribute_batch` refuses it.
+            an argument is off as :func:`grader.redistribution.redistribute.redistribute_batch` refuses it.
     """
     shape = tuple(advantages.shape)
     if len(shape) != 2:

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grader.formats import LoadFailure
 from grader.graders.base import Grader, get_grader
-from grader.models import Group, GroupResult
-from grader.outcomes import Outcome
+from grader.groups.formats import LoadFailure
+from grader.groups.models import Group, GroupResult
+from grader.groups.outcomes import Outcome
 from grader.pipeline import GradingOptions, grade_group_contained, passthrough
 
 try:

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from grader.errors import GagarError
-from grader.models import Group, Task, Trajectory, complete_group
+from grader.groups.models import Group, Task, Trajectory, complete_group
 
 __all__ = [
     "MappingError",

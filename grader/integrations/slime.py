@@ -43,7 +43,7 @@ from grader.integrations.batch import BatchGrader, StepWeights
 from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages
 from grader.integrations.weights import WeightsFn, call_weights_fn
-from grader.redistribute import Preserve, is_mixed_group
+from grader.redistribution.redistribute import Preserve, is_mixed_group
 
 __all__ = [
     "SLIME_MAPPING",

@@ -1,7 +1,8 @@
 """Redistribution for whatever array type a trainer holds: numpy arrays and torch tensors alike.
 
 Trainers keep advantages as torch tensors (often bf16, often on a GPU); gagar's arithmetic is numpy. This
-module is the one bridge: it copies to float64 numpy, calls :func:`grader.redistribute.redistribute_batch`,
+module is the one bridge: it copies to float64 numpy, calls
+:func:`grader.redistribution.redistribute.redistribute_batch`,
 and converts back to exactly the input's type, dtype, device and shape. torch is imported only when a tensor
 is passed in, so numpy-only users never need it.
 
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike
 
-from grader.redistribute import Preserve, redistribute_batch
+from grader.redistribution.redistribute import Preserve, redistribute_batch
 
 __all__ = ["is_torch_tensor", "redistribute_advantages", "to_numpy"]
 
@@ -63,7 +64,7 @@ def redistribute_advantages(
     response_mask: Any = None,
     preserve: Preserve = "sequence",
 ) -> tuple[ArrayT, dict[Hashable, str]]:
-    """:func:`grader.redistribute.redistribute_batch` for numpy arrays and torch tensors.
+    """:func:`grader.redistribution.redistribute.redistribute_batch` for numpy arrays and torch tensors.
 
     ``advantages`` is ``(N,)`` or ``(N, T)`` (then ``response_mask`` ``(N, T)`` is required); the other
     arguments may each be numpy, torch or plain sequences. Returns a new array or tensor of the same type,

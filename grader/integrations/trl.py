@@ -29,7 +29,7 @@ import numpy as np
 from grader.integrations.batch import BatchGrader, StepWeights
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.weights import WeightsFn, call_weights_fn
-from grader.redistribute import Preserve
+from grader.redistribution.redistribute import Preserve
 
 try:
     from accelerate.utils import broadcast_object_list, gather, gather_object

@@ -37,7 +37,7 @@ import numpy as np
 from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.weights import WeightsFn, call_weights_fn
-from grader.redistribute import Preserve, mixed_group_mask
+from grader.redistribution.redistribute import Preserve, mixed_group_mask
 
 __all__ = [
     "VERL_MAPPING",

@@ -55,7 +55,7 @@ from grader.integrations.batch import BatchGrader, StepWeights
 from grader.integrations.rows import RowMapping
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.verl import PASS_FLAG_KEY, ROW_KEY, verl_rows
-from grader.redistribute import Preserve
+from grader.redistribution.redistribute import Preserve
 
 __all__ = [
     "ADV_ESTIMATOR",

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from grader.groups.models import GroupResult
 from grader.integrations.tensors import to_numpy
-from grader.models import GroupResult
 
 __all__ = ["WeightsFn", "call_weights_fn", "weights_from_results"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from grader.errors import SandboxError, SandboxUnavailable
-from grader.registry import Registry
+from grader.util.registry import Registry
 
 BASE_TARGET = "base"
 DEFAULT_IMAGE = "gagar/python:latest"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader.cli_options import command_group
+from grader.cli.options import command_group
 from grader.sandbox.base import BACKENDS
 
 
@@ -91,10 +91,10 @@ def _split_rest(args: argparse.Namespace) -> list[str]:
 
 def _cmd_exec(args: argparse.Namespace) -> int:
     from grader.errors import EnvironmentBuildError
-    from grader.formats import load_group_file
+    from grader.groups.formats import load_group_file
     from grader.sandbox import SandboxError, open_sandbox
     from grader.sandbox.base import Limits
-    from grader.workspace import open_workspace
+    from grader.workspace.workspace import open_workspace
 
     argv = _split_rest(args)
     if not argv:
@@ -180,8 +180,8 @@ def _cmd_images_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_env_build(args: argparse.Namespace) -> int:
-    from grader.formats import load_group_file
-    from grader.models import complete_group
+    from grader.groups.formats import load_group_file
+    from grader.groups.models import complete_group
     from grader.sandbox.prebuild import needs_layer, prebuild, summary_line
 
     groups = [complete_group(g) for path in args.group_files for g in load_group_file(path)]

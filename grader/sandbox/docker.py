@@ -41,7 +41,6 @@ import docker
 import docker.errors
 
 from grader.errors import SandboxError, SandboxUnavailable
-from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
 from grader.sandbox.base import DEFAULT_IMAGE, ExecResult, Limits, Sandbox, TreeSource
 from grader.sandbox.leftovers import (
@@ -52,6 +51,7 @@ from grader.sandbox.leftovers import (
     reap_dead_owners_once,
 )
 from grader.sandbox.output import CappedBuffer
+from grader.workspace.gitcmd import git_identity
 
 # A container needs this long from `run` to a first command; a command is started only in a container with at
 # least its own bound plus this margin left to live.

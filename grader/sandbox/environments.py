@@ -41,12 +41,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from grader.cachedirs import machine_cache
 from grader.errors import EnvironmentBuildError, ImageBuildError
-from grader.filelock import file_lock
 from grader.sandbox.images import HASH_LABEL, build_interpreter_image, image_hash
 from grader.sandbox.interpreters import InterpreterChoice, choose_interpreter
 from grader.sandbox.requirements import honour, unhonourable
+from grader.util.cachedirs import machine_cache
+from grader.util.filelock import file_lock
 
 log = logging.getLogger(__name__)
 

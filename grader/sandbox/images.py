@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.cachedirs import machine_cache
 from grader.errors import ImageBuildError
-from grader.filelock import file_lock
 from grader.sandbox.interpreters import Interpreter
+from grader.util.cachedirs import machine_cache
+from grader.util.filelock import file_lock
 
 log = logging.getLogger(__name__)
 

@@ -35,11 +35,11 @@ import time
 from functools import cache
 from pathlib import Path
 
-from grader.gitcmd import git_identity
 from grader.sandbox import lifecycle
 from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
 from grader.sandbox.leftovers import reap_dead_owners_once
 from grader.sandbox.output import CappedBuffer
+from grader.workspace.gitcmd import git_identity
 
 LEVELS = ("bubblewrap", "namespaces", "none")
 DIR_PREFIX = "gagar-sandbox-"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.errors import EnvironmentBuildError, GagarError
-from grader.models import Group
+from grader.groups.models import Group
 from grader.sandbox.environments import EnvironmentSpec, environment_for, spec_for_task
 
 
@@ -71,7 +71,7 @@ def prebuild(
     Returns:
         One outcome per distinct layer, in the order the groups first need them.
     """
-    from grader.workspace import open_workspace
+    from grader.workspace.workspace import open_workspace
 
     layers: dict[EnvironmentSpec, tuple[Group, LayerOutcome]] = {}
     for group in groups:

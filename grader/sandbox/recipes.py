@@ -23,8 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grader.cachedirs import machine_cache
 from grader.errors import GagarError
+from grader.util.cachedirs import machine_cache
 
 SWEBENCH_VERSION = "4.1.0"
 SWEBENCH_WHEEL = f"swebench-{SWEBENCH_VERSION}-py3-none-any.whl"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import InputFileError
-from grader.models import Group, Task, Trajectory, complete_group
+from grader.groups.models import Group, Task, Trajectory, complete_group
 from grader.sandbox.environments import tree_setup
 from grader.sandbox.recipes import RecipeError, SpecTables, recipe_for, test_command_for
 

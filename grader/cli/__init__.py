@@ -1,0 +1,26 @@
+"""The `gagar` command line: `main` (the commands), `options` (options generated from config
+dataclasses), `examples` (the example closing each command's help).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from grader.util.lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "main": "grader.cli.main",
+    "build_parser": "grader.cli.main",
+}
+
+if TYPE_CHECKING:
+    from grader.cli.main import build_parser, main
+
+
+def __getattr__(name: str) -> Any:
+    return _exported(name)
+
+
+_exported, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,8 @@
+"""`python -m grader.cli`: the `gagar` command."""
+
+import sys
+
+from grader.cli.main import main
+
+if __name__ == "__main__":
+    sys.exit(main())
