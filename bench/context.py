@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import parser_for  # noqa: E402
 from grader.graders.base import Grade  # noqa: E402
-from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
-from grader.graders.tools import assign_labels, wrap  # noqa: E402
+from grader.graders.llm.agent import Budgets, LLMGrader  # noqa: E402
+from grader.graders.llm.tools import assign_labels, wrap  # noqa: E402
 from grader.groups.formats import load_group_file  # noqa: E402
 from grader.groups.models import Group  # noqa: E402
 from grader.pipeline import GradingOptions, grade_group_sync  # noqa: E402

@@ -29,7 +29,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 from bench.args import parser_for  # noqa: E402
-from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
+from grader.graders.llm.agent import Budgets, LLMGrader  # noqa: E402
 from grader.graders.transcript import read_transcript  # noqa: E402
 from grader.groups.formats import load_group_file  # noqa: E402
 from grader.groups.models import Group, complete_group  # noqa: E402

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import parser_for  # noqa: E402
-from grader.graders.llm import Budgets, LLMGrader  # noqa: E402
+from grader.graders.llm.agent import Budgets, LLMGrader  # noqa: E402
 from grader.groups.formats import load_group_file  # noqa: E402
 from grader.integrations.batch import BatchGrader  # noqa: E402
 from grader.pipeline import GradingOptions  # noqa: E402

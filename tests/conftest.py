@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from grader.errors import ImageBuildError
-from grader.graders.llm import LLMGrader
+from grader.graders.llm.agent import LLMGrader
 from grader.groups.models import Group, Task, Trajectory, complete_group
 from grader.sandbox.interpreters import Interpreter
 from grader.workspace.gitcmd import git_identity, safe_env

@@ -169,7 +169,7 @@ def test_max_sandboxes_holds_counted_from_the_engine(tmp_path: Path, sandbox_ima
     """8 groups in flight, a model that runs a probe on every candidate: never more than 2 containers."""
     import docker
 
-    from grader.graders.llm import Budgets, LLMGrader
+    from grader.graders.llm.agent import Budgets, LLMGrader
     from grader.servers.scripted import ScriptedServer, labels_in, tool_calls
 
     def policy(request, n):

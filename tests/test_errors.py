@@ -30,7 +30,7 @@ def _gagar_exceptions() -> dict[str, type[BaseException]]:
 
 def test_every_gagar_exception_is_a_gagar_error() -> None:
     found = _gagar_exceptions()
-    assert "grader.sandbox.recipes.RecipeError" in found and "grader.distill.sft.NotAnExample" in found
+    assert "grader.sandbox.recipes.InstallRecipeError" in found and "grader.distill.sft.NotAnExample" in found
     outside = sorted(
         name for name, cls in found.items() if not issubclass(cls, GagarError) and name not in INTERNAL
     )
@@ -39,6 +39,6 @@ def test_every_gagar_exception_is_a_gagar_error() -> None:
 
 def test_the_old_bases_still_catch_them() -> None:
     from grader.distill.sft import NotAnExample
-    from grader.sandbox.recipes import RecipeError
+    from grader.sandbox.recipes import InstallRecipeError
 
-    assert issubclass(RecipeError, ValueError) and issubclass(NotAnExample, ValueError)
+    assert issubclass(InstallRecipeError, ValueError) and issubclass(NotAnExample, ValueError)

@@ -45,7 +45,7 @@ from show_pair import patch_text, task_header  # noqa: E402
 from grader.errors import GagarError, InvalidReference  # noqa: E402
 from grader.evaluation.benchmark import PROBED  # noqa: E402
 from grader.evaluation.prepare import SourceLocator, preference_candidates  # noqa: E402
-from grader.evaluation.recipe import RecipeError, load_recipe  # noqa: E402
+from grader.evaluation.recipe import BenchmarkRecipeError, load_recipe  # noqa: E402
 from grader.ranking.references import CATEGORIES, load_references  # noqa: E402
 
 DEFAULT_RECIPE = Path(__file__).resolve().parents[1] / "swebench-lite"
@@ -65,7 +65,7 @@ LABELLERS = ("labeller-a", "labeller-b")
 FOLDER = "labelling"
 
 
-class LabellingError(RecipeError):
+class LabellingError(BenchmarkRecipeError):
     """A pairs or labeller file that breaks its format; the message names the file, the line and the cause."""
 
 
@@ -120,8 +120,8 @@ def draw_pairs(
         The pairs, numbered p001, p002...
 
     Raises:
-        RecipeError: the recipe does not load, or a class representative is not a deduplicated resolved
-            candidate of its instance.
+        BenchmarkRecipeError: the recipe does not load, or a class representative is not a deduplicated
+            resolved candidate of its instance.
     """
     recipe = load_recipe(recipe_root)
     resolved = {i: {c.run for c in cs} for i, cs in preference_candidates(recipe).items()}
@@ -135,7 +135,7 @@ def draw_pairs(
         classes = [sorted(runs) for runs in item["same_code"]]
         for runs in classes:
             if runs[0] not in resolved.get(instance, set()):
-                raise RecipeError(f"{instance}: {runs[0]} is not a distinct resolved candidate")
+                raise BenchmarkRecipeError(f"{instance}: {runs[0]} is not a distinct resolved candidate")
         between = [
             (first, second)
             for i, first in enumerate(classes)
@@ -397,7 +397,7 @@ def show(recipe_root: Path, pair_id: str, source_roots: list[Path]) -> str:
 
     Raises:
         LabellingError: unknown pair id.
-        RecipeError: a source is not under `source_roots`, or does not parse.
+        BenchmarkRecipeError: a source is not under `source_roots`, or does not parse.
     """
     pairs = read_pairs(recipe_root / FOLDER / "pairs.jsonl")
     if pair_id not in pairs:

@@ -16,7 +16,13 @@ import sys
 from pathlib import Path
 
 from grader.evaluation.prepare import SourceLocator, preference_candidates, read_at
-from grader.evaluation.recipe import Recipe, RecipeError, load_recipe, parse_predictions, parse_row
+from grader.evaluation.recipe import (
+    BenchmarkRecipe,
+    BenchmarkRecipeError,
+    load_recipe,
+    parse_predictions,
+    parse_row,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,16 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def task_header(recipe: Recipe, locator: SourceLocator, instance_id: str) -> str:
+def task_header(recipe: BenchmarkRecipe, locator: SourceLocator, instance_id: str) -> str:
     """The instance's title line and problem statement, read from its dataset row at its pinned commit.
 
     Raises:
-        RecipeError: the row's source is not here, or it does not parse.
+        BenchmarkRecipeError: the row's source is not here, or it does not parse.
     """
     instance = recipe.instances[instance_id]
     row_source = locator.find(instance.row.repository)
     if row_source is None:
-        raise RecipeError(f"{instance_id}: source {instance.row.repository} not found under --source-root")
+        raise BenchmarkRecipeError(
+            f"{instance_id}: source {instance.row.repository} not found under --source-root"
+        )
     row = parse_row(
         read_at(row_source, instance.row.commit, instance.row.path).decode(),
         instance.row.format,
@@ -60,19 +68,19 @@ def task_header(recipe: Recipe, locator: SourceLocator, instance_id: str) -> str
     return f"# {instance_id} ({instance.repository} @ {instance.base_commit})\n\n{row['problem_statement']}\n"
 
 
-def patch_text(recipe: Recipe, locator: SourceLocator, instance_id: str, run: str) -> str:
+def patch_text(recipe: BenchmarkRecipe, locator: SourceLocator, instance_id: str, run: str) -> str:
     """The patch `run` published for `instance_id`, read from its predictions file at its pinned commit.
 
     Raises:
-        RecipeError: no such candidate, its source is not here, or the file does not parse.
+        BenchmarkRecipeError: no such candidate, its source is not here, or the file does not parse.
     """
     found = [c for c in recipe.candidates if c.instance == instance_id and c.run == run]
     if not found:
-        raise RecipeError(f"{instance_id}: no candidate of run {run!r}")
+        raise BenchmarkRecipeError(f"{instance_id}: no candidate of run {run!r}")
     f = recipe.files[found[0].predictions]
     source = locator.find(f.repository)
     if source is None:
-        raise RecipeError(f"{instance_id}: source {f.repository} not found under --source-root")
+        raise BenchmarkRecipeError(f"{instance_id}: source {f.repository} not found under --source-root")
     return parse_predictions(read_at(source, f.commit, f.path).decode(), f.format, f.path)[instance_id]
 
 

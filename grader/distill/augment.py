@@ -24,7 +24,7 @@ from typing import Any
 from grader.distill.sft import Message
 from grader.errors import GagarError
 
-LABEL_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # as grader.graders.tools.assign_labels draws them
+LABEL_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # as grader.graders.llm.tools.assign_labels draws them
 DATA_BLOCK = re.compile(r"<<<DATA ([0-9a-f]+)>>>\n.*?\n<<<END \1>>>", re.S)
 MARKER = re.compile(r"<<<(?:DATA|END) ([0-9a-f]+)>>>")
 LABEL_LINE = re.compile(r"^(Candidates \(labels[^)]*\):\s*)(.*)$", re.M)

@@ -16,7 +16,7 @@ from grader.distill.benchmarks import benchmark_folders, load_benchmarks
 from grader.distill.run import DistillConfig, Plan, distill
 from grader.evaluation.benchmark import benchmark_roots
 from grader.evaluation.prepare import prepared_root
-from grader.graders.llm_config import LLMConfig
+from grader.graders.llm.config import LLMConfig
 from grader.groups.formats import check_inputs
 from grader.util.concurrency import Concurrency
 from grader.util.terminal import printable

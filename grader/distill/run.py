@@ -33,13 +33,13 @@ from grader.distill import sft
 from grader.distill.augment import AugmentationRefused, relabel
 from grader.distill.benchmarks import Benchmarks, task_hash
 from grader.errors import DistillError, GradingFailed, InvalidRanking, WorkspaceError
-from grader.graders.llm import LLMGrader
-from grader.graders.tools import constrain_labels, offered_tools, tool_schemas
+from grader.graders.llm.agent import LLMGrader
+from grader.graders.llm.tools import constrain_labels, offered_tools, tool_schemas
 from grader.graders.transcript import read_transcript
 from grader.groups.formats import LoadFailure, load_groups
 from grader.groups.models import Group
 from grader.ranking.order import validate_ranking
-from grader.ranking.references import Reference, agreement, load_references
+from grader.ranking.references import Reference, load_references, reference_credit
 from grader.util.atomic import remove_leftover_temporaries, write_text_atomic
 from grader.util.concurrency import Concurrency, default_resources
 from grader.util.jsontext import loads
@@ -453,7 +453,7 @@ def grade_sample(
     if failure is not None:
         record.update(status="dropped", category=_category(failure), reason=failure, events=events)
         return record
-    credit, pairs = agreement(ranking, reference)
+    credit, pairs = reference_credit(ranking, reference)
     value = credit / pairs if pairs else None
     record.update(credit=credit, pairs=pairs, agreement=value, events=events)
     try:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from grader.errors import GagarError
-from grader.graders.tools import SUBMIT
+from grader.graders.llm.tools import SUBMIT
 
 Message = dict[str, Any]
 

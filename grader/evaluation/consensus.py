@@ -26,7 +26,7 @@ def agreement_factor(rankings: list[list[list[str]]]) -> float:
     Negative agreement (rankings that contradict each other) is no more informative than none, so it does
     not invert the weights: it floors at uniform.
     """
-    value = metrics.agreement(rankings)
+    value = metrics.mean_tau(rankings)
     return 1.0 if value is None else max(0.0, value)
 
 
@@ -108,7 +108,7 @@ class ConsensusGrader:
                 "consensus": {
                     "k": self.k,
                     "valid": len(rankings),
-                    "agreement": metrics.agreement(rankings),
+                    "agreement": metrics.mean_tau(rankings),
                     "rankings": rankings,
                     "failures": failures,
                     "members": members,

@@ -23,9 +23,9 @@ from grader.pipeline import GradingOptions, grade_group_sync, grade_groups
 from grader.ranking.order import InvalidRanking, check_ranking
 from grader.ranking.references import (
     Reference,
-    agreement,
     check_ids,
     consensus_reference,
+    reference_credit,
     reference_from_ranking,
 )
 from grader.util.jsontext import loads
@@ -132,7 +132,7 @@ def score_result(
     ranked = {tid for tier in result.ranking for tid in tier}
     listed = [tid for tier in ref.ranking or [] for tid in tier] or sorted(ref.ids())
     score.unranked = [tid for tid in listed if tid not in ranked]
-    score.pairwise_credit, score.scored_pairs = agreement(result.ranking, ref)
+    score.pairwise_credit, score.scored_pairs = reference_credit(result.ranking, ref)
     if score.scored_pairs:
         score.pairwise_accuracy = score.pairwise_credit / score.scored_pairs
     if ref.ranking is not None:
@@ -152,7 +152,7 @@ def score_result(
     categories = ref.categories()
     if set(categories) != {"uncategorised"}:
         for name, members in categories.items():
-            credit, scored = agreement(result.ranking, ref.restricted(members))
+            credit, scored = reference_credit(result.ranking, ref.restricted(members))
             if scored:
                 score.by_category[name] = (credit, scored)
     return score
@@ -399,7 +399,7 @@ def consistency(
                 k=k,
                 rankings=rankings,
                 shown=shown,
-                agreement=metrics.agreement(rankings),
+                agreement=metrics.mean_tau(rankings),
                 bias=metrics.position_bias(shown, rankings),
                 failures=failures,
                 tokens=tokens,

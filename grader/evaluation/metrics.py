@@ -11,20 +11,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 
-from grader.ranking.agreement import PositionBias, agreement, kendall_tau, position_bias
-from grader.ranking.order import positions
+from grader.ranking.agreement import PositionBias, kendall_tau, mean_tau, position_bias
+from grader.ranking.order import Ranking, positions
 from grader.ranking.references import credit
-
-Ranking = Sequence[Sequence[str]]
+from grader.util.lazy import renamed_names
 
 __all__ = [
     "PositionBias",
-    "agreement",
     "bootstrap_interval",
     "borda",
     "borda_scores",
     "inversions",
     "kendall_tau",
+    "mean_tau",
     "pair_inversions",
     "pairwise_accuracy",
     "pairwise_credit",
@@ -170,3 +169,7 @@ def bootstrap_interval(
     tail = (1.0 - level) / 2 * 100
     low, high = np.percentile(accuracy, [tail, 100 - tail])
     return float(low), float(high)
+
+
+# Old names, for one release.
+__getattr__ = renamed_names(__name__, {"agreement": "mean_tau"}, globals())

@@ -26,9 +26,9 @@ from typing import Any
 
 from grader.errors import GagarError, GitError, InputFileError
 from grader.evaluation.recipe import (
+    BenchmarkRecipe,
+    BenchmarkRecipeError,
     Candidate,
-    Recipe,
-    RecipeError,
     SourceFile,
     is_recipe,
     load_recipe,
@@ -204,7 +204,7 @@ STATE_FORMAT = b"2"
 """Bumped when what state.json caches changes (2: rows carry the task's environment)."""
 
 
-def _fingerprint(recipe: Recipe) -> str:
+def _fingerprint(recipe: BenchmarkRecipe) -> str:
     # The pointer files only: labelling (references, labels, probes) redoes no source step.
     parts = [
         (recipe.root / name).read_bytes() for name in ("recipe.json", "instances.jsonl", "candidates.jsonl")
@@ -213,7 +213,7 @@ def _fingerprint(recipe: Recipe) -> str:
 
 
 def prepare(
-    recipe: Recipe,
+    recipe: BenchmarkRecipe,
     locator: SourceLocator,
     *,
     partial: bool = False,
@@ -236,7 +236,7 @@ def prepare(
         SourceMissing: a data source is missing, or (without `partial`) a task repository; every missing
             one is named with the command that fixes it.
         ShaMismatch: the first file or patch whose sha256 differs from the recipe's.
-        RecipeError: a source file does not parse.
+        BenchmarkRecipeError: a source file does not parse.
         GitError: a pinned commit or path is not in its source (the source is another repository).
     """
     mirrors = mirrors or MirrorCache()
@@ -354,7 +354,9 @@ def _checked_text(f: SourceFile, location: Path | None) -> str:
     return data.decode("utf-8")
 
 
-def _checked_patches(recipe: Recipe, texts: dict[str, str], wanted: set[str]) -> dict[tuple[str, str], str]:
+def _checked_patches(
+    recipe: BenchmarkRecipe, texts: dict[str, str], wanted: set[str]
+) -> dict[tuple[str, str], str]:
     """(instance, run) -> patch text, each checked against its sha256 and published label."""
     predictions: dict[str, dict[str, str]] = {}
     reports: dict[str, set[str]] = {}
@@ -455,7 +457,7 @@ def _dedupe(candidates: Iterable[Candidate]) -> tuple[list[Candidate], int]:
     return kept, flaky
 
 
-def _distinct_by_instance(recipe: Recipe) -> list[tuple[str, list[Candidate]]]:
+def _distinct_by_instance(recipe: BenchmarkRecipe) -> list[tuple[str, list[Candidate]]]:
     """(instance, its distinct candidates as `_dedupe` keeps them), by instance id."""
     by_instance: dict[str, list[Candidate]] = {}
     for c in recipe.candidates:
@@ -463,7 +465,7 @@ def _distinct_by_instance(recipe: Recipe) -> list[tuple[str, list[Candidate]]]:
     return [(instance, _dedupe(candidates)[0]) for instance, candidates in sorted(by_instance.items())]
 
 
-def verification_groups(recipe: Recipe) -> dict[str, tuple[list[Candidate], list[Candidate]]]:
+def verification_groups(recipe: BenchmarkRecipe) -> dict[str, tuple[list[Candidate], list[Candidate]]]:
     """Instance -> (resolved, unresolved) distinct candidates, for every instance with at least one of
     each."""
     groups = {}
@@ -476,7 +478,7 @@ def verification_groups(recipe: Recipe) -> dict[str, tuple[list[Candidate], list
 
 
 def _write_verification(
-    recipe: Recipe,
+    recipe: BenchmarkRecipe,
     instances: list[Any],
     rows: dict[str, dict[str, Any]],
     patches: dict[tuple[str, str], str],
@@ -509,7 +511,7 @@ def _write_verification(
     )
 
 
-def preference_candidates(recipe: Recipe) -> dict[str, list[Candidate]]:
+def preference_candidates(recipe: BenchmarkRecipe) -> dict[str, list[Candidate]]:
     """Instance -> its textually distinct resolved candidates (deduplicated as for verification), for every
     instance with two or more."""
     found = {}
@@ -521,7 +523,7 @@ def preference_candidates(recipe: Recipe) -> dict[str, list[Candidate]]:
 
 
 def _write_preference(
-    recipe: Recipe,
+    recipe: BenchmarkRecipe,
     instances: list[Any],
     rows: dict[str, dict[str, Any]],
     patches: dict[tuple[str, str], str],
@@ -550,7 +552,7 @@ def _write_preference(
 
 
 def _write_track(
-    recipe: Recipe,
+    recipe: BenchmarkRecipe,
     track: str,
     description: str,
     groups: dict[str, list[Candidate]],
@@ -724,7 +726,7 @@ def resolve_bench(name_or_path: str, track: str | None) -> str:
 __all__ = [
     "NotPrepared",
     "PrepareReport",
-    "RecipeError",
+    "BenchmarkRecipeError",
     "ShaMismatch",
     "SourceLocator",
     "SourceMissing",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import GagarError
+from grader.util.lazy import renamed_names
 
 RECIPE_FORMAT = 1
 EXCLUDED_REPOSITORIES = frozenset({"psf/requests", "pallets/flask"})
@@ -35,7 +36,7 @@ REPORT_FORMATS = ("swebench-report",)
 ROW_FORMATS = ("acr-meta",)
 
 
-class RecipeError(GagarError, ValueError):
+class BenchmarkRecipeError(GagarError, ValueError):
     """A recipe folder that breaks its format, or a source file that does not parse; the message says
     where."""
 
@@ -78,7 +79,7 @@ class Candidate:
 
 
 @dataclass
-class Recipe:
+class BenchmarkRecipe:
     """A loaded recipe (see the module docstring); built by `load_recipe`."""
 
     root: Path
@@ -120,9 +121,9 @@ def sha256_bytes(data: bytes) -> str:
 def _file(record: Any, where: str, file_id: str = "") -> SourceFile:
     keys = ("repository", "commit", "path", "sha256", "format")
     if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in keys):
-        raise RecipeError(f"{where}: needs {', '.join(keys)}")
+        raise BenchmarkRecipeError(f"{where}: needs {', '.join(keys)}")
     if len(record["commit"]) != 40 or len(record["sha256"]) != 64:
-        raise RecipeError(f"{where}: commit is 40 hex digits and sha256 64")
+        raise BenchmarkRecipeError(f"{where}: commit is 40 hex digits and sha256 64")
     return SourceFile(file_id or record["path"], *(record[k] for k in keys))
 
 
@@ -135,14 +136,14 @@ def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise RecipeError(f"{path.name}:{number}: not JSON: {exc.msg}") from exc
+                raise BenchmarkRecipeError(f"{path.name}:{number}: not JSON: {exc.msg}") from exc
             if not isinstance(item, dict):
-                raise RecipeError(f"{path.name}:{number}: a line is a JSON object")
+                raise BenchmarkRecipeError(f"{path.name}:{number}: a line is a JSON object")
             rows.append((number, item))
     return rows
 
 
-def load_recipe(folder: Path | str) -> Recipe:
+def load_recipe(folder: Path | str) -> BenchmarkRecipe:
     """Read and check a recipe folder.
 
     Args:
@@ -152,36 +153,41 @@ def load_recipe(folder: Path | str) -> Recipe:
         The recipe.
 
     Raises:
-        RecipeError: a file is missing or malformed, a pointer is incomplete, an instance of a held-out
+        BenchmarkRecipeError: a file is missing or malformed, a pointer is incomplete, an instance of a
+            held-out
             repository (psf/requests, pallets/flask) appears, or a candidate names an unknown run or instance.
     """
     root = Path(folder)
     try:
         manifest = json.loads((root / "recipe.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise RecipeError(f"{root / 'recipe.json'}: cannot read: {exc}") from exc
+        raise BenchmarkRecipeError(f"{root / 'recipe.json'}: cannot read: {exc}") from exc
     if manifest.get("recipe") != RECIPE_FORMAT or not manifest.get("name"):
-        raise RecipeError(f"{root / 'recipe.json'}: needs a name and `recipe: {RECIPE_FORMAT}`")
+        raise BenchmarkRecipeError(f"{root / 'recipe.json'}: needs a name and `recipe: {RECIPE_FORMAT}`")
     licensed = {s.get("repository") for s in manifest.get("sources", []) if s.get("licence")}
     files = {fid: _file(rec, f"recipe.json: files: {fid}", fid) for fid, rec in manifest["files"].items()}
     for f in files.values():
         if f.repository not in licensed:
-            raise RecipeError(f"recipe.json: files: {f.id}: {f.repository} is not a source with a licence")
+            raise BenchmarkRecipeError(
+                f"recipe.json: files: {f.id}: {f.repository} is not a source with a licence"
+            )
     runs = manifest.get("runs", {})
     for run, record in runs.items():
         for role in ("predictions", "report"):
             if record.get(role) not in files:
-                raise RecipeError(f"recipe.json: runs: {run}: {role} names no file")
+                raise BenchmarkRecipeError(f"recipe.json: runs: {run}: {role} names no file")
     instances: dict[str, Instance] = {}
     for number, item in _jsonl(root / "instances.jsonl"):
         where = f"instances.jsonl:{number}"
         repository = str(item.get("repository", ""))
         if repository in EXCLUDED_REPOSITORIES:
-            raise RecipeError(
+            raise BenchmarkRecipeError(
                 f"{where}: {item.get('instance')}: {repository} is held out of gagar benchmarks"
             )
         if repository not in licensed:
-            raise RecipeError(f"{where}: task repository {repository!r} is not a source with a licence")
+            raise BenchmarkRecipeError(
+                f"{where}: task repository {repository!r} is not a source with a licence"
+            )
         row = _file(item.get("row"), f"{where}: row")
         instances[str(item["instance"])] = Instance(
             str(item["instance"]), repository, item["base_commit"], row
@@ -191,7 +197,7 @@ def load_recipe(folder: Path | str) -> Recipe:
         where = f"candidates.jsonl:{number}"
         run = runs.get(item.get("run"))
         if run is None or item.get("instance") not in instances:
-            raise RecipeError(
+            raise BenchmarkRecipeError(
                 f"{where}: unknown run {item.get('run')!r} or instance {item.get('instance')!r}"
             )
         candidates.append(
@@ -208,8 +214,8 @@ def load_recipe(folder: Path | str) -> Recipe:
     split = {str(i): name for name in ("dev", "test") for i in split_data.get(name, [])}
     unsplit = sorted(set(instances) - set(split))
     if unsplit:
-        raise RecipeError(f"split.json: {len(unsplit)} instances in no split, first {unsplit[0]}")
-    return Recipe(root, manifest, files, instances, candidates, split)
+        raise BenchmarkRecipeError(f"split.json: {len(unsplit)} instances in no split, first {unsplit[0]}")
+    return BenchmarkRecipe(root, manifest, files, instances, candidates, split)
 
 
 # -- source formats ---------------------------------------------------------------------------------------
@@ -228,7 +234,7 @@ def parse_predictions(text: str, fmt: str, where: str) -> dict[str, str]:
         The patches (None patches become "").
 
     Raises:
-        RecipeError: the text does not parse, or an entry lacks instance_id.
+        BenchmarkRecipeError: the text does not parse, or an entry lacks instance_id.
     """
     try:
         if fmt == "predictions-jsonl":
@@ -238,10 +244,10 @@ def parse_predictions(text: str, fmt: str, where: str) -> dict[str, str]:
             if isinstance(items, dict):
                 items = [{"instance_id": k, **v} for k, v in items.items()]
         else:
-            raise RecipeError(f"{where}: unknown predictions format {fmt!r}")
+            raise BenchmarkRecipeError(f"{where}: unknown predictions format {fmt!r}")
         return {str(item["instance_id"]): item.get("model_patch") or "" for item in items}
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise RecipeError(f"{where}: not a {fmt} predictions file: {exc!r}") from exc
+        raise BenchmarkRecipeError(f"{where}: not a {fmt} predictions file: {exc!r}") from exc
 
 
 def parse_report(text: str, where: str) -> tuple[set[str], set[str] | None]:
@@ -257,13 +263,13 @@ def parse_report(text: str, where: str) -> tuple[set[str], set[str] | None]:
         (resolved, applied or None).
 
     Raises:
-        RecipeError: no JSON object with a `resolved` list.
+        BenchmarkRecipeError: no JSON object with a `resolved` list.
     """
     try:
         data = json.loads(re.sub(r",(\s*[\]}])", r"\1", text))
         resolved = set(map(str, data["resolved"]))
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise RecipeError(f"{where}: not a harness report with a `resolved` list: {exc!r}") from exc
+        raise BenchmarkRecipeError(f"{where}: not a harness report with a `resolved` list: {exc!r}") from exc
     applied = data.get("applied")
     return resolved, (set(map(str, applied)) if isinstance(applied, list) else None)
 
@@ -280,13 +286,19 @@ def parse_row(text: str, fmt: str, where: str) -> dict[str, Any]:
         The row.
 
     Raises:
-        RecipeError: no row with instance_id, repo, base_commit and problem_statement.
+        BenchmarkRecipeError: no row with instance_id, repo, base_commit and problem_statement.
     """
     if fmt not in ROW_FORMATS:
-        raise RecipeError(f"{where}: unknown row format {fmt!r}")
+        raise BenchmarkRecipeError(f"{where}: unknown row format {fmt!r}")
     try:
         row = json.loads(text)["task_info"]
         _ = (row["instance_id"], row["repo"], row["base_commit"], row["problem_statement"])
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise RecipeError(f"{where}: not an {fmt} file with a dataset row: {exc!r}") from exc
+        raise BenchmarkRecipeError(f"{where}: not an {fmt} file with a dataset row: {exc!r}") from exc
     return row
+
+
+# Old names, for one release.
+__getattr__ = renamed_names(
+    __name__, {"Recipe": "BenchmarkRecipe", "RecipeError": "BenchmarkRecipeError"}, globals()
+)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from grader.errors import GradingFailed
-from grader.graders.llm_config import LLMConfig
+from grader.graders.llm.config import LLMConfig
 from grader.ranking.order import Ranking
 from grader.util.registry import Registry
 from grader.workspace.view import GradingView
@@ -92,7 +92,7 @@ class HeuristicConfig:
 
 
 GRADERS.add("heuristic", "grader.graders.heuristic:HeuristicGrader", HeuristicConfig)
-GRADERS.add("llm", "grader.graders.llm:LLMGrader", LLMConfig)
+GRADERS.add("llm", "grader.graders.llm.agent:LLMGrader", LLMConfig)
 
 
 def get_grader(name: str, **options: Any) -> Grader:

@@ -33,7 +33,8 @@ class Task(BaseModel):
     python: str | None = None
     """The interpreter the task needs ("3.9"); the nearest one offline stands in, and `run` says so."""
     environment: dict[str, Any] | None = None
-    """The install recipe (`grader.sandbox.recipes.Recipe.to_dict`) its environment layer is built from.
+    """The install recipe (`grader.sandbox.recipes.InstallRecipe.to_dict`) its environment layer is built
+    from.
 
     Ignored when `image` is given: a task's own image already holds its environment."""
 

@@ -1,6 +1,7 @@
 """A grading transcript read as steps a person follows: each tool call next to its result, labels decoded.
 
-The transcript is a flat list of events (see `grader.graders.llm`); a reader wants "the model asked for the
+The transcript is a flat list of events (see `grader.graders.llm.agent`); a reader wants "the model asked for
+the
 diff of C-dary (clean, clean-respaced) and got this". Both the terminal and the HTML view render these steps.
 Unknown event types are kept as raw JSON, so a newer transcript still shows everything.
 """

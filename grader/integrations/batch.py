@@ -734,7 +734,7 @@ def _agreement(results: dict[str, GroupResult], checks: dict[str, GroupResult]) 
         first = results.get(gid)
         if first is None or first.status != "graded" or check.status != "graded":
             continue
-        value = ranking_agreement.agreement([first.ranking, check.ranking])
+        value = ranking_agreement.mean_tau([first.ranking, check.ranking])
         if value is not None:
             taus.append(value)
     return float(np.mean(taus)) if taus else None

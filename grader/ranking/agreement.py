@@ -10,9 +10,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from grader.ranking.order import positions
-
-Ranking = Sequence[Sequence[str]]
+from grader.ranking.order import Ranking, positions
+from grader.util.lazy import renamed_names
 
 
 def kendall_tau(a: Ranking, b: Ranking) -> float | None:
@@ -40,7 +39,7 @@ def kendall_tau(a: Ranking, b: Ranking) -> float | None:
     return (concordant - discordant) / denominator if denominator else None
 
 
-def agreement(rankings: Sequence[Ranking]) -> float | None:
+def mean_tau(rankings: Sequence[Ranking]) -> float | None:
     """Mean Kendall tau-b over every pair of rankings; None with fewer than two.
 
     Identical rankings agree fully (1.0) even when tau-b is undefined for them (everything tied); a pair
@@ -100,3 +99,7 @@ def position_bias(shown: Sequence[Sequence[Sequence[str]]], rankings: Sequence[R
     if not counted:
         return PositionBias(0.0, 0.0, 0.0, 0)
     return PositionBias(first / counted, last / counted, chance / counted, counted)
+
+
+# Old names, for one release.
+__getattr__ = renamed_names(__name__, {"agreement": "mean_tau"}, globals())

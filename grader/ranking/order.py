@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from grader.errors import InvalidRanking
 
-Ranking = list[list[str]]
+Ranking = Sequence[Sequence[str]]
+"""Tie groups of trajectory ids, best first: the one ranking type (a validated one is a list of lists)."""
 
 
 def check_ranking(ranking: object) -> Ranking:

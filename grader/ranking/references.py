@@ -30,15 +30,15 @@ from typing import Any, Literal, get_args
 
 from grader.errors import InputFileError, InvalidRanking, InvalidReference
 from grader.groups.models import Group
-from grader.ranking.order import check_ranking, positions
+from grader.ranking.order import Ranking, check_ranking, positions
 from grader.util.atomic import write_text_atomic
 from grader.util.jsontext import TooDeep, loads
+from grader.util.lazy import renamed_names
 
 Category = Literal["correctness", "behaviour", "scope", "design", "tests", "hygiene"]
 CATEGORIES: tuple[str, ...] = get_args(Category)
 Kind = Literal["pairwise", "ranking", "degrade", "consensus"]
 KINDS: tuple[str, ...] = get_args(Kind)
-Ranking = Sequence[Sequence[str]]
 
 # What each `gagar degrade` kind spoils, in the benchmark's categories: a variant's pairs are filed under
 # the category of the worse side's defect.
@@ -540,7 +540,7 @@ def credit(ranking: Ranking, pairs: Iterable[tuple[str, str]]) -> tuple[float, i
     return total, scored
 
 
-def agreement(ranking: Ranking, reference: Reference) -> tuple[float, int]:
+def reference_credit(ranking: Ranking, reference: Reference) -> tuple[float, int]:
     """(credit, pairs): how far a grader's ranking agrees with a reference, over the reference's pairs.
 
     Args:
@@ -813,7 +813,6 @@ __all__ = [
     "Preference",
     "Reference",
     "RankingPairs",
-    "agreement",
     "check_ids",
     "check_order",
     "count_strict_pairs",
@@ -823,8 +822,12 @@ __all__ = [
     "preference_from_dict",
     "reference_from_degrade",
     "reference_from_dict",
+    "reference_credit",
     "reference_from_ranking",
     "iter_strict_pairs",
     "strict_pairs",
     "write_references",
 ]
+
+# Old names, for one release.
+__getattr__ = renamed_names(__name__, {"agreement": "reference_credit"}, globals())

@@ -520,7 +520,8 @@ def tree_setup(version: str) -> str:
 
 
 def spec_for_task(repository: str, python: str | None, recipe: dict[str, Any] | None) -> EnvironmentSpec:
-    """The layer a task needs: its recipe (a `Recipe.to_dict`) on its interpreter, or the bare interpreter.
+    """The layer a task needs: its recipe (an `InstallRecipe.to_dict`) on its interpreter, or the bare
+    interpreter.
 
     Args:
         repository: the task's repository (its URL or path; only the last two path parts name the layer).

@@ -6,7 +6,7 @@ pin 4.1.0 (and its wheel's sha256), fetch that wheel from PyPI with pip, and rea
 is copied into gagar. A spec is turned into an `EnvironmentSpec` for an offline build: conda packages become
 pip requirements where PyPI has the same package, `apt-get install` lines become Debian packages, and what
 cannot be honoured here (downloads from other hosts, conda-only packages, CPU hints) is named in
-`Recipe.unhonoured`, never silently dropped.
+`InstallRecipe.unhonoured`, never silently dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 from grader.errors import GagarError
 from grader.util.cachedirs import machine_cache
+from grader.util.lazy import renamed_names
 
 SWEBENCH_VERSION = "4.1.0"
 SWEBENCH_WHEEL = f"swebench-{SWEBENCH_VERSION}-py3-none-any.whl"
@@ -71,12 +72,12 @@ CONDA_TO_DEBIAN: dict[str, str | None] = {
 SWEBENCH_RESOLVED_AS_OF = "2025-01-01T00:00:00Z"
 
 
-class RecipeError(GagarError, ValueError):
+class InstallRecipeError(GagarError, ValueError):
     """No recipe for this repository and version, or the specification tables could not be read."""
 
 
 @dataclass(frozen=True)
-class Recipe:
+class InstallRecipe:
     """How SWE-bench builds one (repository, version) environment, in the terms of an offline build."""
 
     repo: str
@@ -127,7 +128,7 @@ class Recipe:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Recipe:
+    def from_dict(cls, data: dict[str, Any]) -> InstallRecipe:
         fields = dict(data)
         for name in (
             "pip_packages",
@@ -162,7 +163,7 @@ def _cache_dir() -> Path:
 def fetch_swebench_wheel(cache_dir: Path | None = None) -> Path:
     """The pinned swebench wheel, fetched with pip (`pip download --no-deps`) once and kept in `cache_dir`.
 
-    Raises `RecipeError` when pip cannot fetch it or its sha256 is not the pinned one.
+    Raises `InstallRecipeError` when pip cannot fetch it or its sha256 is not the pinned one.
     """
     folder = cache_dir or _cache_dir()
     wheel = folder / SWEBENCH_WHEEL
@@ -185,10 +186,12 @@ def fetch_swebench_wheel(cache_dir: Path | None = None) -> Path:
             timeout=300,
         )
         if done.returncode != 0 or not wheel.exists():
-            raise RecipeError(f"could not fetch swebench=={SWEBENCH_VERSION} with pip: {done.stderr[-1500:]}")
+            raise InstallRecipeError(
+                f"could not fetch swebench=={SWEBENCH_VERSION} with pip: {done.stderr[-1500:]}"
+            )
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     if digest != SWEBENCH_WHEEL_SHA256:
-        raise RecipeError(f"{wheel} has sha256 {digest}, not the pinned {SWEBENCH_WHEEL_SHA256}")
+        raise InstallRecipeError(f"{wheel} has sha256 {digest}, not the pinned {SWEBENCH_WHEEL_SHA256}")
     return wheel
 
 
@@ -196,11 +199,11 @@ def read_spec_tables(source: str) -> SpecTables:
     """The tables from the text of swebench's `harness/constants/python.py`.
 
     The module is plain data (string constants, dicts, loops over versions); it is run in an empty namespace
-    after checking that it imports nothing. Raises `RecipeError` when it imports or lacks the tables.
+    after checking that it imports nothing. Raises `InstallRecipeError` when it imports or lacks the tables.
     """
     tree = ast.parse(source)
     if any(isinstance(node, ast.Import | ast.ImportFrom) for node in ast.walk(tree)):
-        raise RecipeError(f"{SPECS_MODULE} imports modules; refusing to run it as data")
+        raise InstallRecipeError(f"{SPECS_MODULE} imports modules; refusing to run it as data")
     namespace: dict[str, Any] = {"__builtins__": {"int": int, "range": range, "dict": dict, "list": list}}
     exec(compile(tree, SPECS_MODULE, "exec"), namespace)  # noqa: S102 - pinned, hash-checked, import-free data
     try:
@@ -210,31 +213,33 @@ def read_spec_tables(source: str) -> SpecTables:
             environment_paths=namespace.get("MAP_REPO_TO_ENV_YML_PATHS", {}),
         )
     except KeyError as exc:
-        raise RecipeError(f"{SPECS_MODULE} has no {exc.args[0]}") from None
+        raise InstallRecipeError(f"{SPECS_MODULE} has no {exc.args[0]}") from None
 
 
 @lru_cache(maxsize=4)
 def swebench_tables(wheel: Path | None = None) -> SpecTables:
-    """The pinned package's tables (fetching the wheel when needed). Raises `RecipeError`."""
+    """The pinned package's tables (fetching the wheel when needed). Raises `InstallRecipeError`."""
     path = wheel or fetch_swebench_wheel()
     try:
         with zipfile.ZipFile(path) as archive:
             source = archive.read(SPECS_MODULE).decode("utf-8")
     except (OSError, KeyError, zipfile.BadZipFile) as exc:
-        raise RecipeError(f"cannot read {SPECS_MODULE} from {path}: {exc}") from exc
+        raise InstallRecipeError(f"cannot read {SPECS_MODULE} from {path}: {exc}") from exc
     return read_spec_tables(source)
 
 
-def recipe_for(repo: str, version: str, tables: SpecTables | None = None) -> Recipe:
-    """The recipe of `repo` at SWE-bench `version`. Raises `RecipeError` when the tables have none."""
+def recipe_for(repo: str, version: str, tables: SpecTables | None = None) -> InstallRecipe:
+    """The recipe of `repo` at SWE-bench `version`. Raises `InstallRecipeError` when the tables have none."""
     tables = tables or swebench_tables()
     by_version = tables.specs.get(repo)
     if by_version is None:
-        raise RecipeError(f"swebench=={tables.version} has no specifications for {repo}")
+        raise InstallRecipeError(f"swebench=={tables.version} has no specifications for {repo}")
     spec = by_version.get(str(version))
     if spec is None:
         known = ", ".join(sorted(by_version))
-        raise RecipeError(f"swebench=={tables.version} has no {repo} version {version!r}; known: {known}")
+        raise InstallRecipeError(
+            f"swebench=={tables.version} has no {repo} version {version!r}; known: {known}"
+        )
     return recipe_from_spec(
         repo,
         str(version),
@@ -252,7 +257,7 @@ def recipe_from_spec(
     requirements_paths: list[str] | None = None,
     environment_paths: list[str] | None = None,
     source: str = "",
-) -> Recipe:
+) -> InstallRecipe:
     """Map one SWE-bench spec dict onto what an offline build can do, naming what it cannot."""
     unhonoured: list[str] = []
     pip: list[str] = []
@@ -303,7 +308,7 @@ def recipe_from_spec(
     if test_command.startswith("tox --current-env"):
         unhonoured.append(f"test_cmd {test_command!r}: run with pytest directly (tox is not in the layer)")
         test_command = "pytest -rA"
-    return Recipe(
+    return InstallRecipe(
         repo=repo,
         version=version,
         python=str(spec.get("python") or ""),
@@ -377,7 +382,7 @@ def _without_created_files(test_patch: str) -> str:
     return "".join(kept)
 
 
-def test_command_for(recipe: Recipe, test_patch: str) -> str:
+def test_command_for(recipe: InstallRecipe, test_patch: str) -> str:
     """The recipe's test command with the instance's relevant test files, as SWE-bench runs them.
 
     SWE-bench applies the `test_patch` before it runs them; gagar's targets never have it, so the files it
@@ -394,3 +399,9 @@ def test_command_for(recipe: Recipe, test_patch: str) -> str:
     if not files and test_directives(test_patch, recipe.repo):
         return ""
     return " ".join([recipe.test_command, *(shlex.quote(f) for f in files)]).strip()
+
+
+# Old names, for one release.
+__getattr__ = renamed_names(
+    __name__, {"Recipe": "InstallRecipe", "RecipeError": "InstallRecipeError"}, globals()
+)

@@ -15,7 +15,7 @@ from typing import Any
 from grader.errors import InputFileError
 from grader.groups.models import Group, Task, Trajectory, complete_group
 from grader.sandbox.environments import tree_setup
-from grader.sandbox.recipes import RecipeError, SpecTables, recipe_for, test_command_for
+from grader.sandbox.recipes import InstallRecipeError, SpecTables, recipe_for, test_command_for
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def swebench_environment(instance: dict[str, Any], tables: SpecTables | None = N
         return {}
     try:
         recipe = recipe_for(instance["repo"], str(instance["version"]), tables)
-    except RecipeError as exc:
+    except InstallRecipeError as exc:
         log.warning("instance %s: no environment: %s", instance.get("instance_id"), exc)
         return {}
     return {

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from grader.errors import GagarError
-from grader.graders.prompts import chat_template_path
+from grader.graders.llm.prompts import chat_template_path
 from grader.util.cachedirs import machine_cache
 from grader.util.filelock import file_lock
 

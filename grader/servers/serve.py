@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from grader.graders.prompts import chat_template_path
+from grader.graders.llm.prompts import chat_template_path
 from grader.servers.llamacpp import (
     MODEL_ALIAS,
     BuildUnavailable,

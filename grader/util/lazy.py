@@ -86,3 +86,22 @@ def alias_moved_modules(moved: Mapping[str, str], *, removal: str) -> None:
     """
     if not any(isinstance(f, _MovedModules) and f.moved == dict(moved) for f in sys.meta_path):
         sys.meta_path.append(_MovedModules(moved, removal))
+
+
+def renamed_names(module: str, renamed: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
+    """A module `__getattr__` that answers each old name with its new one, with a DeprecationWarning.
+
+    Args:
+        module: the module's `__name__`, for the messages.
+        renamed: each old name and the new name it now has in the same module.
+        namespace: the module's `globals()`.
+    """
+
+    def __getattr__(name: str) -> Any:
+        new = renamed.get(name)
+        if new is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} is renamed {new}", DeprecationWarning, stacklevel=2)
+        return namespace[new]
+
+    return __getattr__

@@ -12,7 +12,7 @@ import pytest
 from grader.cli.examples import EXAMPLES, commands
 from grader.cli.main import build_parser, main
 from grader.cli.options import config_from_args
-from grader.graders.budgets import Budgets
+from grader.graders.llm.budgets import Budgets
 
 LLM_GROUP = "llm grader (only with --grader llm)"
 

@@ -16,7 +16,7 @@ import pytest
 from grader.distill.benchmarks import load_benchmarks
 from grader.distill.run import DistillConfig, distill
 from grader.errors import DistillError
-from grader.graders.budgets import Budgets
+from grader.graders.llm.budgets import Budgets
 from grader.groups.formats import write_groups
 from grader.servers.scripted import ScriptedServer, read_every_diff_then_rank
 from grader.util.concurrency import Concurrency

@@ -13,8 +13,8 @@ import pytest
 
 from grader.distill.augment import relabel
 from grader.distill.run import DistillConfig, distill
-from grader.graders.llm import LLMGrader
-from grader.graders.tools import SUBMIT, Candidates, Markers, Toolbox, ToolError
+from grader.graders.llm.agent import LLMGrader
+from grader.graders.llm.tools import SUBMIT, Candidates, Markers, Toolbox, ToolError
 from grader.servers.scripted import Reply, labels_in, read_every_diff_then_rank
 from grader.workspace.workspace import open_workspace
 from tests.support.distill_support import write_inputs

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grader.distill.run import DistillConfig, distill
-from grader.graders.budgets import Budgets
+from grader.graders.llm.budgets import Budgets
 from grader.servers.scripted import ScriptedServer, tiny_llama
 from tests.conftest import REPO_ROOT
 from tests.support.distill_support import teacher, write_inputs

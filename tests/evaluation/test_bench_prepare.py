@@ -353,8 +353,8 @@ def test_the_llm_grader_mode_for_a_verification_track_drops_the_all_pass_claim(s
     import argparse
 
     from grader.cli.options import add_grading_arguments, grading_from_args
-    from grader.graders.llm import ALL_PASS_CLAIM, LLMGrader, candidates_may_fail
-    from grader.graders.prompts import load_prompts
+    from grader.graders.llm.agent import ALL_PASS_CLAIM, LLMGrader, candidates_may_fail
+    from grader.graders.llm.prompts import load_prompts
 
     shipped = load_prompts().system
     assert ALL_PASS_CLAIM.search(shipped), "prompts/system.md no longer words the claim the mode replaces"

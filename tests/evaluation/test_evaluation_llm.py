@@ -10,7 +10,7 @@ import pytest
 
 from grader.evaluation import cli, harness
 from grader.evaluation.consensus import ConsensusGrader, agreement_factor
-from grader.graders.llm import Budgets, LLMGrader
+from grader.graders.llm.agent import Budgets, LLMGrader
 from grader.groups.formats import load_groups
 from grader.pipeline import grade_group_sync
 from grader.redistribution.redistribute import shrink_weights

@@ -62,11 +62,11 @@ def test_agreement_is_the_mean_pairwise_tau() -> None:
     b = [["a"], ["c"], ["b"]]
     c = [["c"], ["b"], ["a"]]
     # tau(a,b) = 1/3, tau(a,c) = -1, tau(b,c) = -1/3: mean -1/3.
-    assert metrics.agreement([a, b, c]) == pytest.approx(-1 / 3)
-    assert metrics.agreement([a, a]) == 1.0
-    assert metrics.agreement([[["b", "a"]], [["a", "b"]]]) == 1.0  # identical up to order within a tie
-    assert metrics.agreement([[["a", "b"]], a[:2]]) == 0.0  # tau undefined: no agreement
-    assert metrics.agreement([a]) is None
+    assert metrics.mean_tau([a, b, c]) == pytest.approx(-1 / 3)
+    assert metrics.mean_tau([a, a]) == 1.0
+    assert metrics.mean_tau([[["b", "a"]], [["a", "b"]]]) == 1.0  # identical up to order within a tie
+    assert metrics.mean_tau([[["a", "b"]], a[:2]]) == 0.0  # tau undefined: no agreement
+    assert metrics.mean_tau([a]) is None
 
 
 def test_borda_sums_points_and_ties_equal_totals() -> None:

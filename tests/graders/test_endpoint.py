@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from grader.graders.endpoint import Endpoint, EndpointFailed, Traffic
-from grader.graders.llm import Budgets, LLMGrader
+from grader.graders.llm.agent import Budgets, LLMGrader
+from grader.graders.llm.endpoint import Endpoint, EndpointFailed, Traffic
 from grader.graders.transcript import read_transcript
 from grader.groups.formats import load_group_file
 from grader.groups.models import GroupResult

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from grader.graders.llm import LLMGrader
-from grader.graders.prompts import load_prompts
-from grader.graders.tools import VENDORED_DIRS, Toolbox, assign_labels, compact_diff, split_budget
+from grader.graders.llm.agent import LLMGrader
+from grader.graders.llm.prompts import load_prompts
+from grader.graders.llm.tools import VENDORED_DIRS, Toolbox, assign_labels, compact_diff, split_budget
 from grader.pipeline import grade_group_sync
 from grader.sandbox.environments import open_task_sandbox
 from grader.sandbox.output import cap_lines

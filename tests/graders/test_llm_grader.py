@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from grader.distill.sft import messages_from_events
-from grader.graders.llm import Budgets, LLMGrader
+from grader.graders.llm.agent import Budgets, LLMGrader
 from grader.graders.transcript import read_transcript
 from grader.groups.formats import load_group_file
 from grader.groups.models import GroupResult

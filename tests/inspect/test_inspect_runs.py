@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from grader.graders.llm import Budgets
+from grader.graders.llm.agent import Budgets
 from grader.groups.formats import load_group_file, write_groups
 from grader.groups.models import Group, GroupResult, TrajectoryReport
 from grader.inspect.run import fired_signals, load_run, summarize

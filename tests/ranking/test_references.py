@@ -12,9 +12,9 @@ from grader.groups.formats import load_groups
 from grader.ranking.references import (
     Preference,
     Reference,
-    agreement,
     consensus_reference,
     load_references,
+    reference_credit,
     reference_from_degrade,
     reference_from_ranking,
     write_references,
@@ -121,9 +121,9 @@ def test_consensus_keeps_only_pairs_agreed_above_the_threshold() -> None:
 def test_agreement_scores_the_references_pairs_with_half_credit_for_ties() -> None:
     reference = Reference("g", "pairwise", (Preference("a", "b"), Preference("a", "c"), Preference("d", "b")))
     # (a, b) tied: 0.5; (a, c) right: 1; (d, b): d not ranked, not scored.
-    assert agreement([["a", "b"], ["c"]], reference) == (1.5, 2)
-    assert agreement([["c"], ["b"], ["a"]], reference) == (0.0, 2)
-    assert agreement([["x"]], reference) == (0.0, 0)
+    assert reference_credit([["a", "b"], ["c"]], reference) == (1.5, 2)
+    assert reference_credit([["c"], ["b"], ["a"]], reference) == (0.0, 2)
+    assert reference_credit([["x"]], reference) == (0.0, 0)
 
 
 def test_references_round_trip_through_a_file(tmp_path: Path) -> None:

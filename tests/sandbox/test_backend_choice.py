@@ -9,7 +9,7 @@ import pytest
 from grader.cli.main import build_parser
 from grader.cli.options import config_from_args
 from grader.errors import UnknownName
-from grader.graders.llm_config import LLMConfig
+from grader.graders.llm.config import LLMConfig
 from grader.sandbox.base import BACKENDS
 
 

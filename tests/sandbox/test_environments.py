@@ -121,7 +121,7 @@ def test_unknown_interpreter_is_refused_before_any_build() -> None:
 
 def _grade_probes(task_update: dict, probes: list[str], tmp_path: Path, sandbox: str = "docker"):
     """Grade the example group with a scripted model that runs `probes` on every target, then ranks."""
-    from grader.graders.llm import Budgets
+    from grader.graders.llm.agent import Budgets
     from grader.graders.transcript import read_transcript
     from grader.groups.formats import load_group_file
     from grader.pipeline import grade_group_sync

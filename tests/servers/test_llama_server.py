@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grader.graders.llm import Budgets
+from grader.graders.llm.agent import Budgets
 from grader.graders.transcript import read_transcript
 from grader.groups.formats import load_group_file
 from grader.groups.models import GroupResult

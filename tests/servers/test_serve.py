@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.graders.prompts import chat_template_path
+from grader.graders.llm.prompts import chat_template_path
 from grader.servers.llamacpp import LlamaServer, free_port
 from tests.conftest import REPO_ROOT
 

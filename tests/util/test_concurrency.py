@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grader.graders.cache import CachedGrader, GradeCache
 from grader.graders.heuristic import HeuristicGrader
-from grader.graders.llm import Budgets, LLMGrader
+from grader.graders.llm.agent import Budgets, LLMGrader
 from grader.groups.formats import load_group_file
 from grader.groups.models import Group
 from grader.pipeline import GradingOptions, grade_group, grade_group_sync, grade_groups

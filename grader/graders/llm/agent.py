@@ -21,8 +21,9 @@ from typing import Any
 
 from grader.errors import GradingFailed
 from grader.graders.base import Grade
-from grader.graders.budgets import Budgets
-from grader.graders.endpoint import (
+from grader.graders.llm.budgets import Budgets
+from grader.graders.llm.config import LLMConfig
+from grader.graders.llm.endpoint import (
     ContextOverflow,
     DeadlinePassed,
     Endpoint,
@@ -31,9 +32,8 @@ from grader.graders.endpoint import (
     Reply,
     Traffic,
 )
-from grader.graders.llm_config import LLMConfig
-from grader.graders.prompts import Prompts, load_prompts
-from grader.graders.tools import (
+from grader.graders.llm.prompts import Prompts, load_prompts
+from grader.graders.llm.tools import (
     MAX_RUN_TIMEOUT,
     SUBMIT,
     Markers,

@@ -21,7 +21,7 @@ class Prompts:
 
 
 def _default_dir() -> Path:
-    source_tree = Path(__file__).resolve().parents[2] / "prompts"
+    source_tree = Path(__file__).resolve().parents[3] / "prompts"
     if (source_tree / "system.md").is_file():
         return source_tree
     return Path(str(resources.files("grader._prompts")))

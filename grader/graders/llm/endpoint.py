@@ -46,7 +46,7 @@ from tenacity import (
 )
 
 from grader.errors import GagarError
-from grader.graders.budgets import Budgets
+from grader.graders.llm.budgets import Budgets
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Status codes of a passing condition: retried as they are, never blamed on an option of the request.

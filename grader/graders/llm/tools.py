@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.errors import ToolError
-from grader.graders.budgets import Budgets
+from grader.graders.llm.budgets import Budgets
 from grader.ranking.order import InvalidRanking, validate_ranking
 from grader.sandbox.base import Sandbox, SandboxError
 from grader.sandbox.output import cap_lines, cap_text

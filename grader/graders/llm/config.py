@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from grader.errors import UnknownName
-from grader.graders.budgets import Budgets
+from grader.graders.llm.budgets import Budgets
 from grader.sandbox.base import BACKENDS
 
 
