@@ -290,8 +290,9 @@ def bundle_base_tree(source: Path | str, commit: str, out: Path | str, repositor
     Raises:
         GitError: `source` is not a repository or does not hold `commit`.
     """
-    upstream = git_out(["rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=source)
-    tree = git_out(["rev-parse", f"{upstream}^{{tree}}"], cwd=source)
+    # `commit` is a user's argument: after --end-of-options it is only ever a revision, never an option.
+    upstream = git_out(["rev-parse", "--verify", "--end-of-options", f"{commit}^{{commit}}"], cwd=source)
+    tree = git_out(["rev-parse", "--verify", "--end-of-options", f"{upstream}^{{tree}}"], cwd=source)
     objects = git_out(["rev-parse", "--path-format=absolute", "--git-path", "objects"], cwd=source)
     env = safe_env(git_identity(date="2000-01-01T00:00:00+0000"))
     target = Path(out)

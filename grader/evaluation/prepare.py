@@ -11,7 +11,17 @@ offline.
 Output, under `prepared_root()/NAME/`: one benchmark folder per track (`verification/`, `preference/` once
 it has labelled pairs), each in the format of grader.evaluation.benchmark plus `references.dev.jsonl` and
 `references.test.jsonl` (its references split, for `gagar distill --reference`), and `state.json` recording
-what is done, so a second run skips it (idempotent) and a killed run resumes where it stopped.
+what is done, so a second run skips it (idempotent) and a killed run resumes where it stopped. Each track's
+benchmark.json records the digest of the recipe it was prepared from (`recipe_digest`): `eval --bench` and
+`bench check` refuse a track whose recipe has changed since, and say to prepare again.
+
+Nothing a recipe says reaches git or a path unchecked: `load_recipe` checks every value's characters, git
+takes them after `--` or `--end-of-options`, and every path written or deleted here is first proven inside
+its root (`_owned`, `grader.util.untrusted.contained`). Pointed-at files are hashed as they are read, in
+chunks, and reading stops past the recipe's declared size (`size`), else past `MAX_SOURCE_BYTES`.
+
+Over 600 lines as one idea: the steps of one command, each writing what the next reads (rows, mirrors,
+patches, tracks); finding and reading sources is apart, in grader.evaluation.sources.
 """
 
 from __future__ import annotations
@@ -38,8 +48,18 @@ from grader.evaluation.recipe import (
     sha256_bytes,
     sha256_text,
 )
+from grader.evaluation.sources import (  # the names moved there, still importable from here
+    MAX_SOURCE_BYTES,
+    SourceLocator,
+    _owned,
+    candidate_paths,
+    fix_command,
+    github_url,
+    prepared_root,
+    read_at,
+    read_hashed,
+)
 from grader.sandbox.swebench import swebench_environment
-from grader.util.cachedirs import data_cache
 from grader.util.filelock import file_lock
 from grader.workspace.gitcmd import git
 from grader.workspace.gitcmd import out as git_out
@@ -60,101 +80,6 @@ class ShaMismatch(GagarError, ValueError):
 
 class NotPrepared(GagarError, FileNotFoundError):
     """A recipe benchmark used before `gagar bench prepare`; the message gives the command."""
-
-
-def prepared_root() -> Path:
-    """Where prepared benchmarks live: `benchmarks` in the data cache (`grader.util.cachedirs`:
-    `$GAGAR_CACHE`, else `~/.cache/gagar`), beside the mirrors."""
-    return data_cache() / "benchmarks"
-
-
-def github_url(repository: str) -> str:
-    """https://github.com/OWNER/NAME."""
-    return f"https://github.com/{repository}"
-
-
-# -- finding sources --------------------------------------------------------------------------------------
-
-
-def _is_git_dir(path: Path) -> bool:
-    return path.is_dir() and git(["rev-parse", "--git-dir"], cwd=path, check=False).returncode == 0
-
-
-def candidate_paths(repository: str, root: Path) -> list[Path]:
-    """Where a source root may hold OWNER/NAME: OWNER/NAME, OWNER/NAME.git, OWNER+NAME and OWNER+NAME/repo."""
-    owner, name = repository.split("/", 1)
-    flat = root / f"{owner}+{name}"
-    return [
-        root / owner / name,
-        root / owner / f"{name}.git",
-        flat,
-        flat / "repo",
-        root / f"{owner}+{name}.git",
-    ]
-
-
-@dataclass
-class SourceLocator:
-    """Finds the local git copy of each OWNER/NAME; clones it into the cache when `online`."""
-
-    roots: list[Path] = field(default_factory=list)
-    given: dict[str, Path] = field(default_factory=dict)
-    online: bool = False
-    clone_root: Path = field(default_factory=lambda: prepared_root() / "sources")
-
-    def __post_init__(self) -> None:
-        self.roots = [Path(root) for root in self.roots]
-        self.given = {repository: Path(path) for repository, path in self.given.items()}
-
-    def find(self, repository: str) -> Path | None:
-        """The git directory (or work tree) of `repository`, or None when none is here.
-
-        Raises:
-            InputFileError: a path given with --source is not a git repository.
-        """
-        if repository in self.given:
-            path = self.given[repository]
-            if not _is_git_dir(path):
-                raise InputFileError(f"--source {repository}={path}: not a git repository")
-            return path
-        for root in [*self.roots, self.clone_root]:
-            for path in candidate_paths(repository, root):
-                if _is_git_dir(path) and path.resolve() != root.resolve():
-                    return path
-        return None
-
-    def locate(self, repository: str) -> Path | None:
-        """`find`, else (online) a bare clone of https://github.com/OWNER/NAME into the cache, else None."""
-        found = self.find(repository)
-        if found is not None or not self.online:
-            return found
-        target = self.clone_root / repository.split("/")[0] / f"{repository.split('/')[1]}.git"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        try:
-            git(["clone", "--bare", "--quiet", github_url(repository), str(tmp)])
-        except GitError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            return None
-        tmp.rename(target)
-        return target
-
-
-def fix_command(repository: str, name: str) -> str:
-    """The command that brings a missing source here."""
-    return (
-        f"git clone --bare https://github.com/{repository} SOURCES/{repository}.git "
-        f"&& gagar bench prepare {name} --source-root SOURCES"
-    )
-
-
-def read_at(path: Path, commit: str, file: str) -> bytes:
-    """The bytes of `file` at `commit` in the git copy at `path`.
-
-    Raises:
-        GitError: the commit or the file is not there.
-    """
-    return git(["cat-file", "blob", f"{commit}:{file}"], cwd=path).stdout
 
 
 # -- preparing --------------------------------------------------------------------------------------------
@@ -240,11 +165,11 @@ def prepare(
         GitError: a pinned commit or path is not in its source (the source is another repository).
     """
     mirrors = mirrors or MirrorCache()
-    out = prepared_root() / recipe.name
+    out = _owned(prepared_root() / recipe.name)
     out.mkdir(parents=True, exist_ok=True)
     report = PrepareReport(out)
-    with file_lock(out / "prepare.lock"):
-        state = _State(out / "state.json", _fingerprint(recipe))
+    with file_lock(_owned(out / "prepare.lock")):
+        state = _State(_owned(out / "state.json"), _fingerprint(recipe))
         locations = {r: locator.locate(r) for r in recipe.repositories()}
         tasks = {i.repository for i in recipe.instances.values()}
         missing = [r for r, p in locations.items() if p is None]
@@ -325,9 +250,9 @@ def prepare(
         report.unreadable = unreadable
         patches = _checked_patches(recipe, texts, {i.id for i in instances})
         report.tracks["verification"] = _write_verification(
-            recipe, instances, rows, patches, out / "verification"
+            recipe, instances, rows, patches, _owned(out / "verification")
         )
-        preference = _write_preference(recipe, instances, rows, patches, out / "preference")
+        preference = _write_preference(recipe, instances, rows, patches, _owned(out / "preference"))
         if preference is not None:
             report.tracks["preference"] = preference
         tick("verification")
@@ -338,20 +263,28 @@ def _checked_text(f: SourceFile, location: Path | None) -> str:
     where = f"{f.repository}@{f.commit[:12]}:{f.path}"
     if location is None:
         raise SourceMissing(f"{f.repository} is not here")
+    limit = f.size if f.size is not None else MAX_SOURCE_BYTES
     try:
-        data = read_at(location, f.commit, f.path)
+        digest, spool = read_hashed(location, f.commit, f.path, limit)
     except GitError as exc:
         raise GitError(
             ["cat-file", "blob", f"{f.commit}:{f.path}"],
             exc.returncode,
             f"{where}: not in {location}: {exc.stderr}",
         ) from exc
-    digest = sha256_bytes(data)
-    if digest != f.sha256:
-        raise ShaMismatch(
-            f"sha256 mismatch: {where} (file {f.id}) hashes to {digest}, the recipe says {f.sha256}"
-        )
-    return data.decode("utf-8")
+    except ValueError as exc:
+        declared = "the recipe's declared size" if f.size is not None else "the cap for undeclared sizes"
+        raise ShaMismatch(f"{where} (file {f.id}) {exc} ({declared})") from None
+    with spool:
+        if digest != f.sha256:
+            raise ShaMismatch(
+                f"sha256 mismatch: {where} (file {f.id}) hashes to {digest}, the recipe says {f.sha256}"
+            )
+        data = spool.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchmarkRecipeError(f"{where} (file {f.id}): not UTF-8 text ({exc.reason})") from None
 
 
 def _checked_patches(
@@ -401,23 +334,23 @@ def _seed_mirror(
         GitError: a commit is not in the local copy at all.
     """
     url = github_url(repository)
-    path = mirrors.path_for(url)
+    path = _owned(mirrors.path_for(url), mirrors.root)
     assert location is not None
     source = Path(git_out(["rev-parse", "--path-format=absolute", "--git-dir"], cwd=location))
-    with file_lock(path.with_suffix(".lock")):
+    with file_lock(_owned(path.with_suffix(".lock"), mirrors.root)):
         if not path.exists():
-            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            tmp = _owned(path.with_name(path.name + f".tmp{os.getpid()}"), mirrors.root)
             shutil.rmtree(tmp, ignore_errors=True)
             path.parent.mkdir(parents=True, exist_ok=True)
-            git(["init", "--bare", "--quiet", str(tmp)])
+            git(["init", "--bare", "--quiet", "--", str(tmp)])
             git(["remote", "add", "origin", url], git_dir=tmp)
             tmp.rename(path)
         absent = [c for c in commits if not has_commit(path, c)]
         if absent:
-            git(["fetch", "--quiet", str(source), *absent], git_dir=path, check=False)
+            git(["fetch", "--quiet", "--end-of-options", str(source), *absent], git_dir=path, check=False)
             absent = [c for c in commits if not has_commit(path, c)]
         if absent and all(has_commit(source, c) for c in absent):
-            alternates = path / "objects" / "info" / "alternates"
+            alternates = _owned(path / "objects" / "info" / "alternates", mirrors.root)
             borrowed = alternates.read_text(encoding="utf-8").split() if alternates.exists() else []
             if str(source / "objects") not in borrowed:
                 alternates.write_text(
@@ -425,7 +358,7 @@ def _seed_mirror(
                 )
         for commit in commits:
             if has_commit(path, commit):  # a ref keeps it through gc and documents why it is here
-                git(["update-ref", f"refs/gagar/base/{commit}", commit], git_dir=path)
+                git(["update-ref", "--end-of-options", f"refs/gagar/base/{commit}", commit], git_dir=path)
         absent = [c for c in commits if not has_commit(path, c)]
         if absent:
             raise GitError(
@@ -435,7 +368,11 @@ def _seed_mirror(
             )
         broken = {}
         for commit in commits:
-            proc = git(["archive", "--format=tar", "-o", os.devnull, commit], git_dir=path, check=False)
+            proc = git(
+                ["archive", "--format=tar", "-o", os.devnull, "--end-of-options", commit],
+                git_dir=path,
+                check=False,
+            )
             if proc.returncode != 0:
                 first = proc.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
                 broken[commit] = first[0] if first else f"git archive exited {proc.returncode}"
@@ -535,7 +472,7 @@ def _write_preference(
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]
     if not lines:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(_owned(folder), ignore_errors=True)
         return None
     labelled = {str(line["group_id"]) for line in lines}
     wanted = {i.id for i in instances}
@@ -565,7 +502,8 @@ def _write_track(
     copies: dict[str, Path] | None = None,
 ) -> dict[str, int]:
     """Write one track as a benchmark folder (atomically: a temporary folder renamed into place)."""
-    tmp = folder.with_name(folder.name + ".tmp")
+    folder = _owned(folder)
+    tmp = _owned(folder.with_name(folder.name + ".tmp"))
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "groups").mkdir(parents=True)
     group_lines = []
@@ -610,6 +548,7 @@ def _write_track(
         "description": f"{description} Prepared from the recipe {recipe.name} by gagar bench prepare.",
         "sources": recipe.manifest["sources"],
         "candidates_may_fail": may_fail,
+        "recipe_digest": recipe.digest(),
     }
     split = {name: sorted(i for i in groups if recipe.split[i] == name) for name in ("dev", "test")}
     _write(tmp / "benchmark.json", manifest)
@@ -628,7 +567,7 @@ def _write_track(
         # One reference file per split, usable as it is: `gagar distill --reference references.dev.jsonl`
         # distills on the dev groups only (the others have no reference there and are left out, named).
         _copy_for_groups(tmp / "references.jsonl", tmp / f"references.{name}.jsonl", set(ids))
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(_owned(folder), ignore_errors=True)
     tmp.rename(folder)
     return {
         "groups": len(groups),
@@ -714,16 +653,27 @@ def resolve_bench(name_or_path: str, track: str | None) -> str:
             "empty): use --track verification"
         )
     folder = prepared_root() / name / track
+    command = f"  gagar bench prepare {name} --source-root DIR"
     if not (folder / "benchmark.json").is_file():
         raise NotPrepared(
-            f"benchmark {name} is not prepared (no {folder}): run\n"
-            f"  gagar bench prepare {name} --source-root DIR"
+            f"benchmark {name} is not prepared (no {folder}): run\n{command}"
             f"\n(`gagar bench prepare {name} --list-sources` lists the repositories DIR must hold)"
+        )
+    try:
+        prepared = json.loads((folder / "benchmark.json").read_text(encoding="utf-8")).get("recipe_digest")
+    except (OSError, ValueError, AttributeError):
+        prepared = None
+    if prepared != loaded.digest():
+        why = "by an older gagar, which kept no digest of it" if prepared is None else "from another version"
+        raise NotPrepared(
+            f"benchmark {name}: the prepared track {folder} was prepared {why} of the recipe "
+            f"{recipe} (an instance, candidate, label or probe changed since): prepare again:\n{command}"
         )
     return str(folder)
 
 
 __all__ = [
+    "MAX_SOURCE_BYTES",
     "NotPrepared",
     "PrepareReport",
     "BenchmarkRecipeError",
@@ -731,8 +681,13 @@ __all__ = [
     "SourceLocator",
     "SourceMissing",
     "TRACKS",
+    "candidate_paths",
+    "fix_command",
+    "github_url",
     "prepare",
     "prepared_root",
+    "read_at",
+    "read_hashed",
     "resolve_bench",
     "verification_groups",
 ]

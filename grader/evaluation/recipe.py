@@ -26,7 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import GagarError
+from grader.util.jsontext import loads, unique_keys
 from grader.util.lazy import renamed_names
+from grader.util.untrusted import (
+    UnsafeValue,
+    commit_id,
+    path_segment,
+    relative_path,
+    repository_name,
+    sha256_hex,
+)
 
 RECIPE_FORMAT = 1
 EXCLUDED_REPOSITORIES = frozenset({"psf/requests", "pallets/flask"})
@@ -34,6 +43,16 @@ EXCLUDED_REPOSITORIES = frozenset({"psf/requests", "pallets/flask"})
 PREDICTION_FORMATS = ("predictions-json", "predictions-jsonl")
 REPORT_FORMATS = ("swebench-report",)
 ROW_FORMATS = ("acr-meta",)
+RECIPE_FILES = (
+    "recipe.json",
+    "instances.jsonl",
+    "candidates.jsonl",
+    "split.json",
+    "references.jsonl",
+    "labels.jsonl",
+    "probes.json",
+)
+"""The files of a recipe folder a prepared track is made from (with the scripts under probes/)."""
 
 
 class BenchmarkRecipeError(GagarError, ValueError):
@@ -51,6 +70,8 @@ class SourceFile:
     path: str
     sha256: str
     format: str
+    size: int | None = None
+    """The file's size in bytes when the recipe declares it: reading stops past it."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +115,26 @@ class BenchmarkRecipe:
         """The recipe's name (the benchmark's name)."""
         return str(self.manifest["name"])
 
+    def digest(self) -> str:
+        """The sha256 of every file of the recipe folder a prepared track comes from (the pointer files, the
+        split, our references, labels and probes), by name and content: a track prepared from another
+        version of the recipe has another digest."""
+        names = [
+            *RECIPE_FILES,
+            *(
+                f"probes/{p.relative_to(self.root / 'probes').as_posix()}"
+                for p in sorted((self.root / "probes").rglob("*"))
+                if p.is_file()
+            ),
+        ]
+        digest = hashlib.sha256()
+        for name in names:
+            path = self.root / name
+            data = path.read_bytes() if path.is_file() else b""
+            digest.update(f"{name}\0{len(data)}\0".encode())
+            digest.update(data)
+        return digest.hexdigest()
+
     def repositories(self) -> list[str]:
         """Every OWNER/NAME the recipe reads: the data sources first, then the task repositories, sorted."""
         data = {f.repository for f in self.files.values()} | {
@@ -118,33 +159,181 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _file(record: Any, where: str, file_id: str = "") -> SourceFile:
-    keys = ("repository", "commit", "path", "sha256", "format")
-    if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in keys):
-        raise BenchmarkRecipeError(f"{where}: needs {', '.join(keys)}")
-    if len(record["commit"]) != 40 or len(record["sha256"]) != 64:
-        raise BenchmarkRecipeError(f"{where}: commit is 40 hex digits and sha256 64")
-    return SourceFile(file_id or record["path"], *(record[k] for k in keys))
+# -- reading and checking ---------------------------------------------------------------------------------
+#
+# Every value of a recipe is checked here, once, before anything reaches git or a path: its type, its
+# characters (grader.util.untrusted), and that nothing is listed twice. Each error is one line naming the
+# file, the field and what was expected.
 
 
-def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON of one recipe file (duplicate keys refused). Raises BenchmarkRecipeError naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BenchmarkRecipeError(f"{path}: missing (a recipe folder holds it)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BenchmarkRecipeError(f"{path}: cannot read: {exc}") from None
+    try:
+        return loads(text, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as exc:
+        raise BenchmarkRecipeError(f"{path}: not JSON: {exc.msg} (line {exc.lineno})") from None
+    except ValueError as exc:
+        raise BenchmarkRecipeError(f"{path}: {exc}") from None
+
+
+def _jsonl(path: Path, *, required: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """(where, object) for each non-blank line. Raises BenchmarkRecipeError naming the file and line."""
     if not path.is_file():
+        if required:
+            raise BenchmarkRecipeError(f"{path}: missing (a recipe folder holds it)")
         return []
     rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BenchmarkRecipeError(f"{path.name}:{number}: not JSON: {exc.msg}") from exc
-            if not isinstance(item, dict):
-                raise BenchmarkRecipeError(f"{path.name}:{number}: a line is a JSON object")
-            rows.append((number, item))
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            item = loads(line, object_pairs_hook=unique_keys)
+        except json.JSONDecodeError as exc:
+            raise BenchmarkRecipeError(f"{where}: not JSON: {exc.msg}") from None
+        except ValueError as exc:
+            raise BenchmarkRecipeError(f"{where}: {exc}") from None
+        if not isinstance(item, dict):
+            raise BenchmarkRecipeError(f"{where}: expected a JSON object, got {_kind(item)}")
+        rows.append((where, item))
+    if required and not rows:
+        raise BenchmarkRecipeError(f"{path}: empty: expected one JSON object per line")
     return rows
 
 
+def _fields(item: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    """`item`, once it is an object holding every required field and no unknown one."""
+    if not isinstance(item, dict):
+        raise BenchmarkRecipeError(f"{where}: expected a JSON object, got {_kind(item)}")
+    missing = [k for k in required if k not in item]
+    if missing:
+        raise BenchmarkRecipeError(f"{where}: missing field {missing[0]!r} (expected {', '.join(required)})")
+    unknown = sorted(set(item) - set(required) - set(optional))
+    if unknown:
+        known = ", ".join([*required, *optional])
+        raise BenchmarkRecipeError(f"{where}: unknown field {unknown[0]!r} (expected {known})")
+    return item
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BenchmarkRecipeError(f"{where}: expected a non-empty string, got {_kind(value)}")
+    return value
+
+
+def _checked(check: Any, value: Any, where: str) -> str:
+    """`check(value, where)` from grader.util.untrusted, its refusal raised as a BenchmarkRecipeError."""
+    try:
+        return check(value, where)
+    except UnsafeValue as exc:
+        raise BenchmarkRecipeError(str(exc)) from None
+
+
+POINTER_FIELDS = ("repository", "commit", "path", "sha256", "format")
+
+
+def _pointer(record: Any, where: str, file_id: str, formats: tuple[str, ...]) -> SourceFile:
+    _fields(record, where, POINTER_FIELDS, ("size",))
+    fmt = record["format"]
+    if fmt not in formats:
+        raise BenchmarkRecipeError(f"{where}.format: {fmt!r} is not one of {', '.join(formats)}")
+    size = record.get("size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        raise BenchmarkRecipeError(f"{where}.size: expected a number of bytes, got {_kind(size)} {size!r}")
+    return SourceFile(
+        file_id,
+        _checked(repository_name, record["repository"], f"{where}.repository"),
+        _checked(commit_id, record["commit"], f"{where}.commit"),
+        _checked(relative_path, record["path"], f"{where}.path"),
+        _checked(sha256_hex, record["sha256"], f"{where}.sha256"),
+        fmt,
+        size,
+    )
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    manifest = _fields(
+        _read_json(path),
+        str(path),
+        ("name", "recipe", "sources", "runs", "files"),
+        ("description", "rules", "labellers"),
+    )
+    if manifest["recipe"] != RECIPE_FORMAT or isinstance(manifest["recipe"], bool):
+        raise BenchmarkRecipeError(f"{path}: recipe: expected {RECIPE_FORMAT}, got {manifest['recipe']!r}")
+    _checked(path_segment, manifest["name"], f"{path}: name")
+    for key in ("sources", "runs", "files"):
+        kind = list if key == "sources" else dict
+        if not isinstance(manifest[key], kind) or not manifest[key]:
+            wanted = "a non-empty list" if kind is list else "a non-empty object"
+            raise BenchmarkRecipeError(f"{path}: {key}: expected {wanted}, got {_kind(manifest[key])}")
+    for n, source in enumerate(manifest["sources"]):
+        where = f"{path}: sources[{n}]"
+        _fields(source, where, ("repository", "licence", "what"), ("commit",))
+        _checked(repository_name, source["repository"], f"{where}.repository")
+        _text(source["licence"], f"{where}.licence")
+        if not isinstance(source["what"], str):
+            raise BenchmarkRecipeError(f"{where}.what: expected a string, got {_kind(source['what'])}")
+        if "commit" in source:
+            _checked(commit_id, source["commit"], f"{where}.commit")
+    if not isinstance(manifest.get("description", ""), str):
+        raise BenchmarkRecipeError(f"{path}: description: expected a string")
+    rules = manifest.get("rules", [])
+    if not isinstance(rules, list) or not all(isinstance(rule, str) for rule in rules):
+        raise BenchmarkRecipeError(f"{path}: rules: expected a list of strings")
+    labellers = manifest.get("labellers", {})
+    if not isinstance(labellers, dict) or not all(isinstance(v, str) for v in labellers.values()):
+        raise BenchmarkRecipeError(f"{path}: labellers: expected an object of labeller -> description")
+    return manifest
+
+
+def _files(manifest: dict[str, Any], path: Path) -> dict[str, SourceFile]:
+    """The pointers of `files`, each with the formats its roles in `runs` allow."""
+    roles: dict[str, set[str]] = {}
+    for run, record in manifest["runs"].items():
+        where = f"{path}: runs.{run}"
+        _checked(path_segment, run, f"{path}: runs: run id")
+        _fields(record, where, ("predictions", "report"), ("system",))
+        for role in ("predictions", "report"):
+            if record[role] not in manifest["files"]:
+                raise BenchmarkRecipeError(f"{where}.{role}: {record[role]!r} is not an id under files")
+            roles.setdefault(record[role], set()).add(role)
+        if not isinstance(record.get("system", ""), str):
+            raise BenchmarkRecipeError(f"{where}.system: expected a string")
+    files = {}
+    for file_id, record in manifest["files"].items():
+        used = roles.get(file_id, {"predictions", "report"})
+        if len(used) > 1 and file_id in roles:
+            raise BenchmarkRecipeError(f"{path}: files.{file_id}: named as both predictions and report")
+        formats = PREDICTION_FORMATS * ("predictions" in used) + REPORT_FORMATS * ("report" in used)
+        files[file_id] = _pointer(record, f"{path}: files.{file_id}", file_id, formats)
+    return files
+
+
+def _licensed(repository: str, licensed: set[str], where: str) -> None:
+    if repository not in licensed:
+        raise BenchmarkRecipeError(f"{where}: {repository} is not a source with a licence")
+
+
 def load_recipe(folder: Path | str) -> BenchmarkRecipe:
-    """Read and check a recipe folder.
+    """Read and check a recipe folder: every field's type and characters, nothing listed twice.
 
     Args:
         folder: the folder holding recipe.json.
@@ -153,69 +342,90 @@ def load_recipe(folder: Path | str) -> BenchmarkRecipe:
         The recipe.
 
     Raises:
-        BenchmarkRecipeError: a file is missing or malformed, a pointer is incomplete, an instance of a
-            held-out
-            repository (psf/requests, pallets/flask) appears, or a candidate names an unknown run or instance.
+        BenchmarkRecipeError: one line naming the file (and line), the field and what was expected: a file
+            missing, not JSON or repeating a key; a field missing, unknown or of the wrong type; an empty
+            list; a commit that is not 40 hex digits, a repository that is not OWNER/NAME, a path that is
+            absolute or climbs with `..`, a name that is not one path segment; an instance or candidate
+            listed twice; a repository that is not a source with a licence or is held out (psf/requests,
+            pallets/flask); a candidate naming an unknown run or instance; an instance in no split or two.
     """
     root = Path(folder)
-    try:
-        manifest = json.loads((root / "recipe.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchmarkRecipeError(f"{root / 'recipe.json'}: cannot read: {exc}") from exc
-    if manifest.get("recipe") != RECIPE_FORMAT or not manifest.get("name"):
-        raise BenchmarkRecipeError(f"{root / 'recipe.json'}: needs a name and `recipe: {RECIPE_FORMAT}`")
-    licensed = {s.get("repository") for s in manifest.get("sources", []) if s.get("licence")}
-    files = {fid: _file(rec, f"recipe.json: files: {fid}", fid) for fid, rec in manifest["files"].items()}
+    manifest = _manifest(root / "recipe.json")
+    licensed = {s["repository"] for s in manifest["sources"]}
+    files = _files(manifest, root / "recipe.json")
     for f in files.values():
-        if f.repository not in licensed:
-            raise BenchmarkRecipeError(
-                f"recipe.json: files: {f.id}: {f.repository} is not a source with a licence"
-            )
-    runs = manifest.get("runs", {})
-    for run, record in runs.items():
-        for role in ("predictions", "report"):
-            if record.get(role) not in files:
-                raise BenchmarkRecipeError(f"recipe.json: runs: {run}: {role} names no file")
+        _licensed(f.repository, licensed, f"{root / 'recipe.json'}: files.{f.id}.repository")
     instances: dict[str, Instance] = {}
-    for number, item in _jsonl(root / "instances.jsonl"):
-        where = f"instances.jsonl:{number}"
-        repository = str(item.get("repository", ""))
+    first_line: dict[str, str] = {}
+    for where, item in _jsonl(root / "instances.jsonl"):
+        _fields(item, where, ("instance", "repository", "base_commit", "row"))
+        instance_id = _checked(path_segment, item["instance"], f"{where}: instance")
+        repository = _checked(repository_name, item["repository"], f"{where}: repository")
         if repository in EXCLUDED_REPOSITORIES:
+            raise BenchmarkRecipeError(f"{where}: {instance_id}: {repository} is held out of benchmarks")
+        _licensed(repository, licensed, f"{where}: repository")
+        if instance_id in first_line:
             raise BenchmarkRecipeError(
-                f"{where}: {item.get('instance')}: {repository} is held out of gagar benchmarks"
+                f"{where}: instance {instance_id} is listed twice (first at {first_line[instance_id]})"
             )
-        if repository not in licensed:
-            raise BenchmarkRecipeError(
-                f"{where}: task repository {repository!r} is not a source with a licence"
-            )
-        row = _file(item.get("row"), f"{where}: row")
-        instances[str(item["instance"])] = Instance(
-            str(item["instance"]), repository, item["base_commit"], row
-        )
+        first_line[instance_id] = where
+        row_path = item["row"].get("path") if isinstance(item["row"], dict) else None
+        row = _pointer(item["row"], f"{where}: row", str(row_path), ROW_FORMATS)
+        _licensed(row.repository, licensed, f"{where}: row.repository")
+        base = _checked(commit_id, item["base_commit"], f"{where}: base_commit")
+        instances[instance_id] = Instance(instance_id, repository, base, row)
     candidates = []
-    for number, item in _jsonl(root / "candidates.jsonl"):
-        where = f"candidates.jsonl:{number}"
-        run = runs.get(item.get("run"))
-        if run is None or item.get("instance") not in instances:
+    seen: dict[tuple[str, str], str] = {}
+    runs = manifest["runs"]
+    for where, item in _jsonl(root / "candidates.jsonl"):
+        _fields(item, where, ("instance", "run", "sha256", "resolved"))
+        if item["instance"] not in instances:
+            raise BenchmarkRecipeError(f"{where}: instance: {item['instance']!r} is not in instances.jsonl")
+        if item["run"] not in runs:
+            raise BenchmarkRecipeError(f"{where}: run: {item['run']!r} is not a run of recipe.json")
+        if not isinstance(item["resolved"], bool):
+            got = _kind(item["resolved"])
+            raise BenchmarkRecipeError(f"{where}: resolved: expected true/false, got {got}")
+        key = (item["instance"], item["run"])
+        if key in seen:
             raise BenchmarkRecipeError(
-                f"{where}: unknown run {item.get('run')!r} or instance {item.get('instance')!r}"
+                f"{where}: candidate {key[0]} / {key[1]} is listed twice (first at {seen[key]})"
             )
-        candidates.append(
-            Candidate(
-                item["instance"],
-                item["run"],
-                item["sha256"],
-                bool(item["resolved"]),
-                run["predictions"],
-                run["report"],
-            )
-        )
-    split_data = json.loads((root / "split.json").read_text(encoding="utf-8"))
-    split = {str(i): name for name in ("dev", "test") for i in split_data.get(name, [])}
+        seen[key] = where
+        run = runs[item["run"]]
+        sha = _checked(sha256_hex, item["sha256"], f"{where}: sha256")
+        candidates.append(Candidate(key[0], key[1], sha, item["resolved"], run["predictions"], run["report"]))
+    split = _split(root / "split.json", instances)
+    for name in ("references.jsonl", "labels.jsonl"):
+        for where, item in _jsonl(root / name, required=False):
+            _text(item.get("group_id"), f"{where}: group_id")
+    if (root / "probes.json").is_file():
+        probes = _read_json(root / "probes.json")
+        if not isinstance(probes, list) or not all(isinstance(p, dict) for p in probes):
+            raise BenchmarkRecipeError(f"{root / 'probes.json'}: expected a list of objects")
+        for n, probe in enumerate(probes):
+            _text(probe.get("group_id"), f"{root / 'probes.json'}: [{n}].group_id")
+    return BenchmarkRecipe(root, manifest, files, instances, candidates, split)
+
+
+def _split(path: Path, instances: dict[str, Instance]) -> dict[str, str]:
+    data = _fields(_read_json(path), str(path), ("dev", "test"))
+    split: dict[str, str] = {}
+    for name in ("dev", "test"):
+        if not isinstance(data[name], list):
+            got = _kind(data[name])
+            raise BenchmarkRecipeError(f"{path}: {name}: expected a list of instances, got {got}")
+        for instance in data[name]:
+            if instance not in instances:
+                raise BenchmarkRecipeError(f"{path}: {name}: {instance!r} is not in instances.jsonl")
+            if instance in split:
+                also = split[instance]
+                raise BenchmarkRecipeError(f"{path}: {name}: {instance} is listed twice (also in {also})")
+            split[instance] = name
     unsplit = sorted(set(instances) - set(split))
     if unsplit:
-        raise BenchmarkRecipeError(f"split.json: {len(unsplit)} instances in no split, first {unsplit[0]}")
-    return BenchmarkRecipe(root, manifest, files, instances, candidates, split)
+        raise BenchmarkRecipeError(f"{path}: {len(unsplit)} instances in no split, first {unsplit[0]}")
+    return split
 
 
 # -- source formats ---------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 A group file is one JSON object (a group), a JSON array of groups, or JSONL (one group a line). Loading never
 stops at a bad group: each entry comes back either as a validated `Group` or as a `LoadFailure` that names the
-entry and the cause, so one bad line never sinks its batch.
+entry and the cause, so one bad line never sinks its batch. An entry in which an object gives a key twice is
+refused, the key named (JSON readers keep the last one silently), and a task's repository and base commit are
+checked before git sees them (`grader.util.untrusted`: no option, no remote helper, no revision syntax).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from grader.errors import InputFileError
 from grader.groups.models import DEFAULT_PASS_THRESHOLD, Group, complete_group
 from grader.util.atomic import write_lines_atomic
 from grader.util.jsontext import loads
+from grader.util.untrusted import repository_location, revision
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +61,43 @@ class _Undecodable:
     reason: str
 
 
+class _KeyedTwice(dict):
+    """A decoded object that gave `repeated` twice (the last value kept, as JSON readers do)."""
+
+    repeated: str = ""
+
+
+def _mark_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An `object_pairs_hook` that marks an object giving a key twice rather than raising, so one entry of an
+    array with a repeated key fails alone."""
+    found = dict(pairs)
+    if len(found) == len(pairs):
+        return found
+    seen: set[str] = set()
+    marked = _KeyedTwice(found)
+    marked.repeated = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+    return marked
+
+
+def _repeated_key(value: Any) -> str | None:
+    """The first key given twice in any object of a decoded value, or None (walked without recursion: the
+    value may nest as deep as the reader goes)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _KeyedTwice):
+            return item.repeated
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
 def _decode(text: str) -> Any:
     """The JSON value of `text`, or `_Undecodable` with the reason (never an exception)."""
     try:
-        return loads(text)
+        return loads(text, object_pairs_hook=_mark_repeats)
     except ValueError as exc:
         return _Undecodable(f"invalid JSON: {exc}")
 
@@ -107,9 +143,16 @@ def parse_group(
     """Validate one decoded group and complete it (pass flags, GRPO advantages).
 
     A relative local `task.repo` is resolved against `base_dir`. Raises ValueError (pydantic's
-    ValidationError is one) with the cause.
+    ValidationError is one) with the cause: also for an object that gives a key twice, a `task.repo` that is
+    an option or a remote helper, and a `task.base_commit` that is not a commit id, branch or tag (the last
+    two as `UnsafeValue`).
     """
+    repeated = _repeated_key(data)
+    if repeated is not None:
+        raise ValueError(f"key {repeated!r} appears twice in one object")
     group = Group.model_validate(data)
+    repository_location(group.task.repo, "task.repo")
+    revision(group.task.base_commit, "task.base_commit")
     repo = group.task.repo
     if (
         base_dir is not None

@@ -3,6 +3,10 @@
 `gagar grade --out DIR` leaves `results.jsonl`, `groups.jsonl` (the input groups, so patches can be shown
 without the original files) and, for the LLM grader, `transcripts/`. Only `results.jsonl` is required: older
 runs or runs written through the Python API may lack the others, and viewers then say what is missing.
+
+Every file read resolves inside the run directory (symbolic links followed): a `groups.jsonl` or a transcript
+that points elsewhere is refused, named, and a `results.jsonl` that does is an error, so nothing from outside
+the run ends up in a report meant to be shared.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from grader.errors import InputFileError
 from grader.groups.formats import LoadFailure, load_groups
 from grader.groups.models import Group, GroupResult, TrajectoryReport
 from grader.util.jsontext import loads
@@ -64,6 +69,8 @@ class Run:
 
     def patch_note(self, group_id: str) -> str:
         """Why patches are missing for a group ("" when they are there), worded for a reader."""
+        if self.groups is None and self.group_problems:  # refused: it points outside the run
+            return f"patch not available: {self.group_problems[0]}"
         if self.groups is None:
             return f"patch not available: {self.directory / GROUPS} does not exist"
         if group_id not in self.groups:
@@ -138,12 +145,35 @@ class TranscriptReading:
     note: str
 
 
+def _outside(directory: Path, path: Path) -> str:
+    """Why `path` may not be read as part of the run in `directory` ("" when it resolves inside it)."""
+    resolved = path.resolve()
+    if resolved.is_relative_to(directory.resolve()):
+        return ""
+    return f"{path} resolves to {resolved}, outside the run directory {directory}"
+
+
 def load_run(directory: Path | str) -> Run:
-    """Read a run directory. Raises FileNotFoundError without results.jsonl, ValueError for a bad line."""
+    """Read a run directory; only files that resolve inside it.
+
+    Args:
+        directory: the run directory (`gagar grade --out`).
+
+    Returns:
+        The run; a `groups.jsonl` that resolves outside the directory is left out (`groups` None) and named in
+        `group_problems`.
+
+    Raises:
+        FileNotFoundError: no results.jsonl.
+        InputFileError: results.jsonl resolves outside the directory (a ValueError).
+        ValueError: a line of results.jsonl is not a result.
+    """
     directory = Path(directory)
     path = directory / RESULTS
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {directory} a run directory of `gagar grade`?")
+    if outside := _outside(directory, path):
+        raise InputFileError(f"{RESULTS} refused: {outside}")
     results = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
@@ -155,7 +185,9 @@ def load_run(directory: Path | str) -> Run:
                 raise ValueError(f"{path}:{number} is not a result line: {exc.errors()[0]['msg']}") from None
     groups: dict[str, Group] | None = None
     problems: list[str] = []
-    if (directory / GROUPS).is_file():
+    if (directory / GROUPS).is_file() and (outside := _outside(directory, directory / GROUPS)):
+        problems.append(f"refused: {outside}")
+    elif (directory / GROUPS).is_file():
         groups = {}
         for item in load_groups([directory / GROUPS]):
             if isinstance(item, LoadFailure):

@@ -183,7 +183,7 @@ def render_summary(console: Console, run: Run, limit: int | None = GROUP_ROWS) -
         console.print(Text("  failures:"))
         for reason, n in summary.failures.most_common(5):
             console.print(Text(printable(f"    {n} x {reason}")))
-    if run.groups is None:
+    if run.groups is None and not run.group_problems:
         console.print(Text("  patches: not available (no groups.jsonl in the run directory)", style="dim"))
     for problem in run.group_problems[:3]:
         console.print(Text(printable(f"  groups.jsonl: {problem}"), style="yellow"))

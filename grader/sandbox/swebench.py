@@ -2,12 +2,13 @@
 environment (interpreter, install recipe, test command) from `recipes`.
 
 Beside `recipes` and `environments`, which it needs, so that `formats` (the input floor) loads no
-sandbox code.
+sandbox code. An instance's `repo` becomes a path under `--repo-root` or a clone URL and its `base_commit`
+a git argument: both are checked (`grader.util.untrusted`), and a bad one is refused naming the file, the
+instance and the field.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,32 +17,71 @@ from grader.errors import InputFileError
 from grader.groups.models import Group, Task, Trajectory, complete_group
 from grader.sandbox.environments import tree_setup
 from grader.sandbox.recipes import InstallRecipeError, SpecTables, recipe_for, test_command_for
+from grader.util.jsontext import loads
+from grader.util.untrusted import UnsafeValue, commit_id, repository_name
 
 log = logging.getLogger(__name__)
 
 
 def _read_json_or_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON list, a JSON object (one row, or rows keyed by instance id) or JSONL.
+
+    Raises:
+        InputFileError: the text is not JSON (the file and line named), or a row is not an object with an
+            `instance_id` string.
+    """
     text = path.read_text(encoding="utf-8").strip()
-    if text.startswith("["):
-        return list(json.loads(text))
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            pass
-        else:
+    rows: list[Any]
+    try:
+        if text.startswith("["):
+            rows = list(loads(text))
+        elif text.startswith("{") and isinstance(data := _whole(text), dict):
             # SWE-bench predictions may be one object keyed by instance id.
             if "instance_id" in data:
-                return [data]
-            return [dict(value, instance_id=key) for key, value in data.items() if isinstance(value, dict)]
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+                rows = [data]
+            else:
+                keyed = [(key, value) for key, value in data.items() if isinstance(value, dict)]
+                rows = [dict(value, instance_id=key) for key, value in keyed]
+        else:
+            rows = [loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as exc:
+        raise InputFileError(f"{path}: not JSON or JSONL: {exc}") from None
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str) or not row["instance_id"]:
+            raise InputFileError(f"{path}: row {n + 1}: expected an object with an `instance_id` string")
+    return rows
+
+
+def _whole(text: str) -> Any:
+    """`text` as one JSON value, or None when it is not one (JSONL, say)."""
+    try:
+        return loads(text)
+    except ValueError:
+        return None
+
+
+def _checked_instance(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """An instance row whose `repo` is OWNER/NAME and `base_commit` a full commit id. Raises InputFileError
+    naming `where`, the instance and the field."""
+    instance = f"{where}: instance {row['instance_id']!r}"
+    try:
+        repository_name(row.get("repo"), f"{instance}: repo")
+        commit_id(row.get("base_commit"), f"{instance}: base_commit")
+    except UnsafeValue as exc:
+        raise InputFileError(str(exc)) from None
+    return row
 
 
 def _resolved_ids(path: Path) -> set[str]:
     """Resolved instance ids from a SWE-bench harness report (or a plain list of ids)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputFileError(f"{path}: not a JSON harness report: {exc}") from None
     if isinstance(data, list):
         return {str(x) for x in data}
+    if not isinstance(data, dict):
+        raise InputFileError(f"{path}: not a harness report: expected a JSON object or list")
     for key in ("resolved_ids", "resolved"):
         if isinstance(data.get(key), list):
             return {str(x) for x in data[key]}
@@ -94,14 +134,16 @@ def import_swebench(
     read from `tables`, by default the pinned swebench package's).
 
     Raises:
-        InputFileError: (a ValueError) the predictions and results files do not pair up, or a prediction
-            names an instance the instances file lacks (the message names both files).
+        InputFileError: (a ValueError) the predictions and results files do not pair up, a prediction
+            names an instance the instances file lacks (the message names both files), a file is not JSON,
+            or an instance's `repo` is not OWNER/NAME or its `base_commit` not 40 hex digits (named).
     """
     if len(predictions) != len(results):
         raise InputFileError(
             f"{len(predictions)} predictions files but {len(results)} results files: pair them"
         )
-    by_instance = {row["instance_id"]: row for row in _read_json_or_jsonl(Path(instances))}
+    rows = _read_json_or_jsonl(Path(instances))
+    by_instance = {row["instance_id"]: _checked_instance(row, str(instances)) for row in rows}
     trajectories: dict[str, list[Trajectory]] = {}
     for prediction_path, result_path in zip(map(Path, predictions), map(Path, results), strict=True):
         resolved = _resolved_ids(result_path)

@@ -3,6 +3,9 @@
 Python's JSON reader recurses once per nesting level, so a file of 100,000 open brackets (a hand edit, a
 hostile input) raises RecursionError, which no `except ValueError` around `json.loads` catches. Every
 reader of such files goes through `loads`, so nesting is refused like any other text that is not JSON.
+
+Python's reader also keeps the last of a key given twice in one object, silently; readers for which a repeated
+key is a mistake (a group file, a recipe) pass `object_pairs_hook=unique_keys`, which refuses it, named.
 """
 
 from __future__ import annotations
@@ -15,6 +18,30 @@ from grader.errors import GagarError
 
 class TooDeep(GagarError, ValueError):
     """The text nests deeper than Python's JSON reader goes."""
+
+
+class DuplicateKey(GagarError, ValueError):
+    """A JSON object gives one key twice; the message names the key."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An `object_pairs_hook` for `loads`: the object as a dict, refusing a key given twice.
+
+    Args:
+        pairs: the object's (key, value) pairs in order, as the JSON reader hands them.
+
+    Returns:
+        The dict.
+
+    Raises:
+        DuplicateKey: naming the first key given twice.
+    """
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(f"key {key!r} appears twice in one object")
+        found[key] = value
+    return found
 
 
 def loads(text: str | bytes, **options: Any) -> Any:

@@ -1,14 +1,17 @@
 """Running git safely: one place that decides git's environment and configuration for all of gagar.
 
 Patches and repositories come from trajectories and users; nothing they contain may make git run a hook, a
-filter, an fsmonitor or a remote helper, or read the user's own configuration.
+filter, an fsmonitor or a remote helper, or read the user's own configuration. Values from files gagar did not
+write are checked (`grader.util.untrusted`) before they reach an argument list, and go after `--` or
+`--end-of-options` where the command takes options (docs/security.md has the audit of every call).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from grader.errors import GitError
@@ -24,6 +27,13 @@ SAFE_CONFIG = (
     "core.safecrlf=false",
     "gc.auto=0",
     "protocol.ext.allow=never",
+    # Only git's own transports: a URL of `TRANSPORT::ADDRESS` would run a remote helper program.
+    "protocol.allow=never",
+    "protocol.https.allow=always",
+    "protocol.http.allow=always",
+    "protocol.ssh.allow=always",
+    "protocol.git.allow=always",
+    "protocol.file.allow=always",
     "advice.detachedHead=false",
 )
 
@@ -87,6 +97,15 @@ def safe_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _command(args: Sequence[str], git_dir: Path | str | None) -> list[str]:
+    command = ["git"]
+    for item in SAFE_CONFIG:
+        command += ["-c", item]
+    if git_dir is not None:
+        command.append(f"--git-dir={git_dir}")
+    return command + list(args)
+
+
 def git(
     args: Sequence[str],
     cwd: Path | str | None = None,
@@ -99,14 +118,8 @@ def git(
 
     Raises GitError when git exits non-zero and `check` is set.
     """
-    command = ["git"]
-    for item in SAFE_CONFIG:
-        command += ["-c", item]
-    if git_dir is not None:
-        command.append(f"--git-dir={git_dir}")
-    command += list(args)
     proc = subprocess.run(
-        command,
+        _command(args, git_dir),
         cwd=cwd,
         input=input,
         capture_output=True,
@@ -121,3 +134,38 @@ def git(
 def out(args: Sequence[str], **kwargs) -> str:
     """Run git and return its stdout as text, stripped."""
     return git(args, **kwargs).stdout.decode("utf-8", "replace").strip()
+
+
+@contextmanager
+def git_stream(
+    args: Sequence[str], cwd: Path | str | None = None, git_dir: Path | str | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run one git command whose stdout is read as it comes (a large blob hashed in chunks), with the same
+    configuration and environment as `git`.
+
+    The caller reads `process.stdout`; on leaving, a process still running is killed (a reader that stopped
+    early wants no more) and waited for. Its stderr goes to a pipe read after exit: keep commands whose
+    errors are short.
+
+    Args:
+        args: git's arguments.
+        cwd: the folder to run in.
+        git_dir: the repository (`--git-dir`).
+
+    Yields:
+        The running process.
+    """
+    proc = subprocess.Popen(
+        _command(args, git_dir),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=safe_env(),
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

@@ -1,6 +1,10 @@
 """A cache of bare mirrors of task repositories, shared by every workspace built on this machine.
 
 Workspaces borrow objects from a mirror through git alternates, so a group costs its patches, never a clone.
+
+A repository and a base commit come from group files and trainer rows: the repository goes after `--` and the
+commit after `--end-of-options`, so neither is ever read as an option (a "commit" of `--upload-pack=CMD` is
+looked up as a name and not found). The workspace resolves a base commit only after `mirror` found it here.
 """
 
 from __future__ import annotations
@@ -70,7 +74,9 @@ class MirrorCache:
         # Only `path` itself may be the repository: a folder inside another repository is not that one.
         ceiling = {"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}
         git(["rev-parse", "--git-dir"], cwd=path, env=ceiling)  # GitError: not a repository
-        found = git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=path, env=ceiling, check=False)
+        found = git(
+            ["cat-file", "-e", "--end-of-options", f"{commit}^{{commit}}"], cwd=path, env=ceiling, check=False
+        )
         return found.returncode == 0
 
     def mirror(self, repo: str, commit: str) -> Path:
@@ -89,7 +95,7 @@ class MirrorCache:
                 tmp = path.with_name(path.name + f".tmp{os.getpid()}")
                 shutil.rmtree(tmp, ignore_errors=True)
                 try:
-                    git(["clone", "--mirror", "--quiet", repo, str(tmp)])
+                    git(["clone", "--mirror", "--quiet", "--", repo, str(tmp)])
                 except GitError:
                     shutil.rmtree(tmp, ignore_errors=True)
                     raise
@@ -108,8 +114,10 @@ def base_missing_reason(repo: str, commit: str) -> str:
 
 
 def has_commit(git_dir: Path, commit: str) -> bool:
-    """Whether `commit` names a commit in the repository at `git_dir`."""
-    return git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir, check=False).returncode == 0
+    """Whether `commit` names a commit in the repository at `git_dir` (a value that looks like an option is
+    looked up as a name, never read as one)."""
+    found = git(["cat-file", "-e", "--end-of-options", f"{commit}^{{commit}}"], git_dir=git_dir, check=False)
+    return found.returncode == 0
 
 
 _shared: dict[Path, MirrorCache] = {}

@@ -108,12 +108,22 @@ def test_import_swebench(tmp_path: Path) -> None:
         "\n".join(
             json.dumps(row)
             for row in [
-                {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "c1", "problem_statement": "bug one"},
-                {"instance_id": "o__r-2", "repo": "o/r", "base_commit": "c2", "problem_statement": "bug two"},
+                {
+                    "instance_id": "o__r-1",
+                    "repo": "o/r",
+                    "base_commit": "c1" * 20,
+                    "problem_statement": "bug 1",
+                },
+                {
+                    "instance_id": "o__r-2",
+                    "repo": "o/r",
+                    "base_commit": "c2" * 20,
+                    "problem_statement": "bug 2",
+                },
                 {
                     "instance_id": "o__r-3",
                     "repo": "o/r",
-                    "base_commit": "c3",
+                    "base_commit": "c3" * 20,
                     "problem_statement": "nobody tried",
                 },
             ]
@@ -135,7 +145,7 @@ def test_import_swebench(tmp_path: Path) -> None:
     groups = import_swebench(instances, [p1, p2], [r1, r2], repo_root=tmp_path / "repos")
     assert [g.group_id for g in groups] == ["o__r-1", "o__r-2"]
     first = groups[0]
-    assert first.task.base_commit == "c1" and first.task.statement == "bug one"
+    assert first.task.base_commit == "c1" * 20 and first.task.statement == "bug 1"
     assert first.task.repo == str(tmp_path / "repos" / "o__r")
     assert [(t.id, t.patch, t.passed) for t in first.trajectories] == [
         ("sys1", "p1-o__r-1", True),
@@ -159,14 +169,14 @@ def test_import_swebench_carries_the_environment(tmp_path: Path) -> None:
         "+++ b/testing/test_new.py\n@@ -0,0 +1 @@\n+def test_x(): pass\n"
     )
     rows = [
-        {"instance_id": "p-1", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c1",
+        {"instance_id": "p-1", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c1" * 20,
          "test_patch": test_patch},
-        {"instance_id": "p-2", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c2",
+        {"instance_id": "p-2", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c2" * 20,
          "image": "local/own:1"},
-        {"instance_id": "p-3", "repo": "nobody/knows", "version": "1.0", "base_commit": "c3"},
-        {"instance_id": "p-4", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c4",
+        {"instance_id": "p-3", "repo": "nobody/knows", "version": "1.0", "base_commit": "c3" * 20},
+        {"instance_id": "p-4", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c4" * 20,
          "test_patch": created + test_patch},
-        {"instance_id": "p-5", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c5",
+        {"instance_id": "p-5", "repo": "pytest-dev/pytest", "version": "5.4", "base_commit": "c5" * 20,
          "test_patch": created},
     ]  # fmt: skip
     instances = tmp_path / "instances.json"
