@@ -104,6 +104,8 @@ FLOORS: list[tuple[str, list[str]]] = [
         [
             "graders.heuristic",
             "graders.llm.agent",
+            "graders.llm.loop",
+            "graders.llm.replies",
             "graders.llm.tools",
             "graders.signatures",
             "graders.llm.endpoint",
