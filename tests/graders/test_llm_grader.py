@@ -883,3 +883,44 @@ def test_structured_mode_is_part_of_the_fingerprint_and_streaming_is_not() -> No
     }
     assert prints[(False, True)] != prints[(True, True)]
     assert prints[(True, False)] == prints[(True, True)]
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "problem"),
+    [
+        ("read_file", {"target": "base", "path": "inventory/stock.py\x00"}, "NUL"),
+        ("diff", {"candidate": "LABEL", "path": "inventory\x00"}, "NUL"),
+        ("search", {"target": "base", "pattern": "def\x00"}, "NUL"),
+        ("read_file", '{"target": "base", "path": ' + DEEP + "}", "nested deeper"),
+        ("diff", DEEP, "nested deeper"),
+        ("diff", {"candidate": "LABEL", "path": "../.."}, "diff failed on these arguments: GitError"),
+    ],
+)
+def test_arguments_that_break_the_tool_layer_get_an_error_and_the_grading_goes_on(
+    tool: str, arguments: Any, problem: str, tmp_path: Path
+) -> None:
+    """A path or pattern with a NUL byte (git refuses it as an argument), JSON nested 100,000 deep (past
+    Python's reader), a path outside the repository (git fails): the call is answered with an error as any
+    bad call is, the grading goes on to the model's ranking, and the usage counted before it is kept."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if assistant_turns(request) == 0:
+            sent = arguments
+            if isinstance(arguments, dict) and arguments.get("candidate") == "LABEL":
+                sent = {**arguments, "candidate": labels_in(request)[0]}
+            return tool_calls((tool, sent), usage=(100, 20))
+        return submit([labels_in(request)])
+
+    result, requests = grade_with(policy, tmp_path=tmp_path)
+    assert result.status == "graded", result.reason
+    answer = requests[1]["messages"][-1]
+    assert answer["role"] == "tool" and answer["content"].startswith("error: "), answer
+    assert problem in answer["content"]
+    assert result.usage["requests"] == 2 and result.usage["tool_calls"] == 2
+    assert result.usage["prompt_tokens"] == 200
+    events = read_transcript(result.transcript)
+    (shown,) = [e for e in events if e["type"] == "tool_result" and e["name"] == tool]
+    assert shown["error"] is True and problem in shown["content"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from grader.graders.llm.endpoint import Reply
 from grader.graders.llm.tools import SUBMIT, Markers, Toolbox
+from grader.util.jsontext import loads
 
 CUT = "Your reply was cut at the limit of {limit} tokens a turn: keep replies and arguments shorter. "
 CUT_AT_CONTEXT = "Your reply was cut where the model's context ends: keep replies and arguments shorter. "
@@ -38,8 +39,8 @@ def text_tool_call(content: str | None) -> tuple[str, Any] | None:
         candidates.append(content[start : content.rfind("}") + 1])
     for text in candidates:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
+            data = loads(text)
+        except ValueError:  # not JSON, or nested deeper than the reader goes
             continue
         if isinstance(data, dict) and isinstance(data.get("tool"), str):
             return data["tool"], data.get("arguments", {})
@@ -76,11 +77,14 @@ def reply_format(toolbox: Toolbox, only_submit: bool, final: bool = False) -> di
 
 
 def call_key(name: str, arguments: Any) -> str:
-    """A tool call as one comparable string: its name and its arguments, decoded where they are JSON."""
+    """A tool call as one comparable string: its name and its arguments, decoded where they are JSON (as
+    sent where they are not, or nest too deep to write again)."""
     if isinstance(arguments, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            arguments = json.loads(arguments or "{}")
-    return f"{name} {json.dumps(arguments, sort_keys=True)}"
+        with contextlib.suppress(ValueError):
+            decoded = loads(arguments or "{}")
+            return f"{name} {_json_or_note(decoded, sort_keys=True)}"
+        return f"{name} {arguments}"
+    return f"{name} {_json_or_note(arguments, sort_keys=True)}"
 
 
 def cut_note(reply: Reply, limit: int) -> str:
@@ -100,9 +104,17 @@ def arguments_text(arguments: Any) -> str:
     parse tool call arguments as JSON" to each later turn otherwise (a default-options grading failed so when
     Gemma 3 270M's reply was cut at the turn limit inside a call). The call's result says what was wrong."""
     if not isinstance(arguments, str):
-        return json.dumps(arguments)
+        return _json_or_note(arguments)
     try:
-        parsed = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
+        parsed = loads(arguments or "{}")
+    except ValueError:  # not JSON, or nested deeper than the reader goes
         parsed = None
     return arguments if isinstance(parsed, dict) else json.dumps({"invalid_json": arguments})
+
+
+def _json_or_note(value: Any, sort_keys: bool = False) -> str:
+    """`value` as JSON, or, where it nests deeper than the writer goes, a JSON object that says so."""
+    try:
+        return json.dumps(value, sort_keys=sort_keys)
+    except (RecursionError, ValueError, TypeError):
+        return json.dumps({"invalid_json": "(nested deeper than the JSON writer goes)"})

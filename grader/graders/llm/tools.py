@@ -17,7 +17,8 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from grader.graders.llm.budgets import Budgets
 from grader.ranking.order import InvalidRanking, validate_ranking
 from grader.sandbox.base import Sandbox, SandboxError
 from grader.sandbox.output import cap_lines, cap_text
+from grader.util.jsontext import loads
 from grader.workspace.hunks import split_lines
 from grader.workspace.injections import find_injections
 from grader.workspace.view import BASE, GradingView
@@ -230,6 +232,9 @@ def _check_type(value: Any, schema: dict[str, Any], where: str) -> None:
     }
     if kind in checks and not checks[kind](value):
         raise ToolError(f"{where} must be of type {kind}, got {json.dumps(value)[:80]}")
+    if kind == "string" and "\x00" in value:
+        # No path, pattern or command can hold one: git and exec refuse it as an argument.
+        raise ToolError(f"{where} holds a NUL byte (\\u0000), which no path, pattern or command can hold")
     if kind in ("integer", "number"):
         if "minimum" in schema and value < schema["minimum"]:
             raise ToolError(f"{where} must be >= {schema['minimum']}")
@@ -253,14 +258,21 @@ def _check_type(value: Any, schema: dict[str, Any], where: str) -> None:
 
 
 def parse_arguments(raw: str | dict[str, Any] | None, schema: dict[str, Any]) -> dict[str, Any]:
-    """Decode and check a tool call's arguments against its JSON schema; ToolError says what is wrong."""
+    """Decode and check a tool call's arguments against its JSON schema.
+
+    Raises:
+        ToolError: what is wrong: not JSON, nested deeper than the JSON reader goes, not an object, a value
+            of the wrong type or out of range, a string holding a NUL byte, a missing or unknown argument.
+    """
     if isinstance(raw, dict):
         arguments = raw
     else:
         try:
-            arguments = json.loads(raw or "{}")
+            arguments = loads(raw or "{}")
         except json.JSONDecodeError as exc:
             raise ToolError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
+        except ValueError as exc:  # nested deeper than the reader goes
+            raise ToolError(f"arguments are not valid JSON here ({exc})") from None
     if not isinstance(arguments, dict):
         raise ToolError("arguments must be a JSON object")
     _check_type(arguments, schema, "arguments")
@@ -274,8 +286,8 @@ def _tiers_as_ranking(raw: str | dict[str, Any] | None) -> str | dict[str, Any] 
     arguments = raw
     if isinstance(raw, str):
         try:
-            arguments = json.loads(raw or "{}")
-        except json.JSONDecodeError:
+            arguments = loads(raw or "{}")
+        except ValueError:
             return raw  # parse_arguments names the problem
     if (
         not isinstance(arguments, dict)
@@ -350,14 +362,21 @@ class Toolbox:
         return list(self.specs)
 
     def call(self, name: str, raw_arguments: str | dict[str, Any] | None) -> str:
-        """Run one tool and return its text for the model. Raises ToolError for a call the model got wrong."""
+        """Run one tool and return its text for the model.
+
+        Raises:
+            ToolError: the call the model got wrong, or anything else the tool raised on its arguments (a
+                value git or the sandbox refuses, say), named: the model is told, as of any bad call, and
+                the grading goes on.
+        """
         if name not in self.specs:
             raise ToolError(f"unknown tool {name!r}; tools: {', '.join(self.specs)}")
-        arguments = parse_arguments(raw_arguments, self.specs[name]["parameters"])
-        if name == SUBMIT:
-            raise ToolError("submit_ranking is handled by the grader loop")  # never reached from the loop
-        handler = getattr(self, f"_tool_{name}")
-        return handler(**arguments)
+        with tool_errors(name):
+            arguments = parse_arguments(raw_arguments, self.specs[name]["parameters"])
+            if name == SUBMIT:
+                raise ToolError("submit_ranking is handled by the grader loop")  # never reached from the loop
+            handler = getattr(self, f"_tool_{name}")
+            return handler(**arguments)
 
     def final_schemas(self) -> list[dict[str, Any]]:
         """submit_ranking alone, as the final turn offers it: the ranking as `tiers`, an object with one
@@ -402,7 +421,12 @@ class Toolbox:
 
     def submission(self, raw_arguments: str | dict[str, Any] | None) -> Submission:
         """Check a submit_ranking call (its ranking as `ranking`, tie groups, or as `tiers`, a tie-group
-        number per label: `final_schemas`); ToolError names unknown, missing or duplicated labels."""
+        number per label: `final_schemas`); ToolError names unknown, missing or duplicated labels, and
+        anything else its arguments break (as `call`)."""
+        with tool_errors(SUBMIT):
+            return self._submission(raw_arguments)
+
+    def _submission(self, raw_arguments: str | dict[str, Any] | None) -> Submission:
         raw_arguments = _tiers_as_ranking(raw_arguments)
         arguments = parse_arguments(raw_arguments, self.specs[SUBMIT]["parameters"])
         try:
@@ -553,6 +577,29 @@ class Toolbox:
                 self._sandbox_error = f"{type(exc).__name__}: {exc}"
                 raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
         return self._sandbox
+
+
+@contextmanager
+def tool_errors(name: str) -> Iterator[None]:
+    """Turns whatever a tool raises on a call's arguments into the ToolError the model is shown.
+
+    A ToolError passes as it is; any other Exception (git refusing an argument, JSON too deep for a
+    writer, a sandbox backend's own error) becomes one naming the tool and the exception, so a call the tool
+    layer cannot handle is answered like any bad call rather than ending the grading.
+
+    Args:
+        name: the tool, as the message names it.
+
+    Raises:
+        ToolError: as described.
+    """
+    try:
+        yield
+    except ToolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the point: no call's arguments end the grading
+        text = cap_text(str(exc).replace("\x00", "\\u0000"), 300)
+        raise ToolError(f"{name} failed on these arguments: {type(exc).__name__}: {text}") from exc
 
 
 def paginate(text: str, size: int) -> list[str]:
