@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from grader.groups.formats import load_group_file
 from grader.groups.models import GroupResult
 from grader.inspect.steps import to_steps
 from grader.pipeline import grade_group_sync
+from grader.sandbox.base import BACKENDS
+from grader.sandbox.local import LocalSandbox
 from grader.servers.scripted import (
     Reply,
     ScriptedServer,
@@ -924,3 +927,63 @@ def test_arguments_that_break_the_tool_layer_get_an_error_and_the_grading_goes_o
     events = read_transcript(result.transcript)
     (shown,) = [e for e in events if e["type"] == "tool_result" and e["name"] == tool]
     assert shown["error"] is True and problem in shown["content"]
+
+
+class _SandboxThatFailsToClose(LocalSandbox):
+    """A real local sandbox whose close then raises, as docker-py's request to remove a busy container
+    does when the engine answers late (a timeout that is not a DockerException)."""
+
+    def _close(self) -> None:
+        super()._close()
+        raise TimeoutError("the engine did not answer within 60 s")
+
+
+@pytest.fixture
+def close_fails() -> Iterator[str]:
+    BACKENDS.add("close-fails-test", _SandboxThatFailsToClose, doc="closes, then raises")
+    try:
+        yield "close-fails-test"
+    finally:
+        BACKENDS._entries.pop("close-fails-test")  # the registry has no removal: tests only
+
+
+@pytest.mark.parametrize("submits", [True, False])
+def test_a_sandbox_that_fails_to_close_loses_neither_the_outcome_nor_the_transcript(
+    close_fails: str, submits: bool, tmp_path: Path
+) -> None:
+    """A run, then a submission (or no submission until the turn budget): the sandbox's close raising
+    afterwards replaced the outcome (internal_error, no usage) and left the transcript unwritten."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if assistant_turns(request) == 0 or not submits:
+            return tool_calls(("run", {"command": f"echo turn {n}", "targets": ["base"]}))
+        return submit([labels_in(request)])
+
+    result, requests = grade_with(
+        policy, tmp_path=tmp_path, sandbox=close_fails, budgets=Budgets(turns=3, retries=0)
+    )
+    assert result.status == ("graded" if submits else "failed"), result.reason
+    if not submits:
+        assert "turn budget exhausted (3 turns)" in result.reason
+    assert result.usage["requests"] == len(requests) and result.usage["tool_calls"] >= 2
+    assert result.details["sandbox_close"] == "TimeoutError: the engine did not answer within 60 s"
+    events = read_transcript(result.transcript)
+    assert events[-2]["type"] == ("submitted" if submits else "failed")
+    assert events[-1]["type"] == "sandbox_close_failed" and "60 s" in events[-1]["error"]
+
+
+def test_any_error_in_a_grading_ends_it_with_the_error_named_in_the_result_and_the_transcript(
+    tmp_path: Path,
+) -> None:
+    """Not only GradingFailed: any exception out of the grading (here a --prompts task.md naming a field the
+    grader does not fill) fails the group naming it, and the transcript ends with the same reason."""
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    (prompts / "task.md").write_text("Rank these: {labels}. Consider {nonsense}.\n")
+    result, requests = grade_with(inspector, tmp_path=tmp_path, prompts_dir=prompts)
+    assert_unchanged(result)
+    assert result.outcome.value == "grader_failed" and requests == []
+    assert "task.md cannot be filled in" in result.reason and "'nonsense'" in result.reason
+    assert "{statement}" in result.reason
+    (failed,) = [e for e in read_transcript(result.transcript) if e["type"] == "failed"]
+    assert result.reason.endswith(failed["reason"]) and result.details["model"] == "scripted"

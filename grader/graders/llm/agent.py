@@ -8,12 +8,14 @@ until it submits a valid ranking or a budget runs out. Every failure ends in `Gr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from grader.graders.llm.prompts import Prompts, load_prompts
 from grader.graders.llm.tools import (
     MAX_RUN_TIMEOUT,
     Markers,
+    Submission,
     Toolbox,
     assign_labels,
     injections_by_trajectory,
@@ -36,6 +39,45 @@ from grader.graders.llm.tools import (
 from grader.graders.transcript import Transcript
 from grader.workspace.view import GradingView
 from grader.workspace.workspace import ref_name
+
+
+def _failure(exc: Exception) -> GradingFailed:
+    """The GradingFailed a grading ends with for `exc`: itself, or one naming any other exception (a bug, a
+    bad prompt file, a transcript that cannot be written), chained to it, so the failure still carries the
+    usage, details and transcript (the pipeline's catch-all keeps none of them)."""
+    if isinstance(exc, GradingFailed):
+        return exc
+    failure = GradingFailed(f"{type(exc).__name__}: {exc}")
+    failure.__cause__ = exc
+    return failure
+
+
+def _quietly(write: Callable[..., Any], *args: Any, **fields: Any) -> None:
+    """A transcript event that must not replace the outcome it records: an unwritable transcript (a full
+    disk) loses the event, not the grading's result."""
+    with contextlib.suppress(OSError, ValueError):
+        write(*args, **fields)
+
+
+def _close(toolbox: Toolbox, transcript: Transcript, details: dict[str, Any]) -> bool:
+    """Close the grading's sandbox and transcript; neither failing replaces the grading's outcome (a container
+    the engine did not remove in time after a long `run` ended such gradings with no ranking and no
+    transcript). What failed is said in `details` ("sandbox_close", "transcript_error") and the transcript.
+
+    Returns:
+        Whether the transcript was written to its path.
+    """
+    try:
+        toolbox.close()
+    except Exception as exc:  # noqa: BLE001 - the sandbox ends by itself at its lifetime; the result stands
+        details["sandbox_close"] = f"{type(exc).__name__}: {exc}"
+        _quietly(transcript.event, "sandbox_close_failed", error=details["sandbox_close"])
+    try:
+        transcript.close()
+    except OSError as exc:
+        details["transcript_error"] = f"{type(exc).__name__}: {exc}"
+        return False
+    return transcript.path is not None
 
 
 def _note_lessons(details: dict[str, Any], known: list[Lesson], transcript: Transcript) -> None:
@@ -72,7 +114,16 @@ class LLMGrader:
         )
 
     def grade(self, view: GradingView) -> Grade:
-        """Grade one group with the model; see `Grader.grade`. Raises GradingFailed with the reason."""
+        """Grade one group with the model; see `Grader.grade`.
+
+        Every way out is a Grade or a GradingFailed whose reason names the budget or the error (any
+        exception in the grading becomes one, with the usage, details and transcript known so far); the
+        transcript ends with "submitted" or "failed". A sandbox or transcript that fails to close loses
+        neither (`_close`).
+
+        Raises:
+            GradingFailed: with the reason.
+        """
         group_id = view.group_id
         seed = self._seed(group_id)
         path = None
@@ -101,35 +152,25 @@ class LLMGrader:
         known = self.endpoint.lessons
         # Opened last and closed in `finally`: a temporary file left open would wait for the collector.
         transcript = Transcript(path)
+        failure: GradingFailed | None = None
         try:
-            transcript.event(
-                "start",
-                group_id=group_id,
-                model=self.config.model,
-                seed=seed,
-                labels=candidates.members,
-                contrast=candidates.contrast,
-                tool_mode=self.config.tool_mode,
-            )
-            if known:  # what earlier gradings learnt of the server shapes this one's requests: say so too
-                transcript.event("endpoint", learnt=[lesson.as_dict() for lesson in known])
-            for tid, hits in flags.items():
-                transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
-            native = self.config.tool_mode == "native"
-            messages = self._opening(toolbox, candidates.order, view, native)
-            for message in messages:
-                transcript.event("message", role=message["role"], content=message["content"])
-            state = LoopState(messages, candidates.order, usage, details, began=time.monotonic())
-            submission = AgentLoop(self.config, self.endpoint, toolbox, transcript, state).run()
-        except GradingFailed as exc:
-            _note_lessons(details, known, transcript)
-            transcript.event("failed", reason=str(exc), usage=usage.as_dict())
-            exc.details, exc.usage, exc.flags = details, usage.as_dict(), flags
-            exc.transcript = str(path) if path else None
-            raise
+            try:
+                submission = self._converse(view, toolbox, transcript, usage, details, flags, known)
+            except Exception as exc:  # noqa: BLE001 - every way out of a grading names its reason
+                failure = _failure(exc)
+                _note_lessons(details, known, transcript)
+                _quietly(transcript.event, "failed", reason=str(failure), usage=usage.as_dict())
         finally:
-            toolbox.close()
-            transcript.close()
+            written = _close(toolbox, transcript, details)
+        where = str(path) if path is not None and written else None
+        if failure is not None:
+            failure.details, failure.usage, failure.flags, failure.transcript = (
+                details,
+                usage.as_dict(),
+                flags,
+                where,
+            )
+            raise failure
         _note_lessons(details, known, transcript)
         signals = {tid: {"injection": hits} for tid, hits in flags.items()}
         for tid in view.gradable():
@@ -139,10 +180,43 @@ class LLMGrader:
             rationales=submission.reasons,
             signals=signals,
             usage=usage.as_dict(),
-            transcript=str(path) if path else None,
+            transcript=where,
             flags=flags,
             details={**details, "confidence": submission.confidence, "ranking_labels": submission.labels},
         )
+
+    def _converse(
+        self,
+        view: GradingView,
+        toolbox: Toolbox,
+        transcript: Transcript,
+        usage: Usage,
+        details: dict[str, Any],
+        flags: dict[str, list[str]],
+        known: list[Lesson],
+    ) -> Submission:
+        """The grading's transcript opening (start, what the endpoint learnt before, flags, the opening
+        messages), then the loop. Raises what the loop raises (GradingFailed with the reason)."""
+        candidates = toolbox.candidates
+        transcript.event(
+            "start",
+            group_id=view.group_id,
+            model=self.config.model,
+            seed=candidates.seed,
+            labels=candidates.members,
+            contrast=candidates.contrast,
+            tool_mode=self.config.tool_mode,
+        )
+        if known:  # what earlier gradings learnt of the server shapes this one's requests: say so too
+            transcript.event("endpoint", learnt=[lesson.as_dict() for lesson in known])
+        for tid, hits in flags.items():
+            transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
+        native = self.config.tool_mode == "native"
+        messages = self._opening(toolbox, candidates.order, view, native)
+        for message in messages:
+            transcript.event("message", role=message["role"], content=message["content"])
+        state = LoopState(messages, candidates.order, usage, details, began=time.monotonic())
+        return AgentLoop(self.config, self.endpoint, toolbox, transcript, state).run()
 
     def _opening(self, toolbox: Toolbox, labels: list[str], view: GradingView, native: bool) -> list[dict]:
         """The conversation's first two messages, built here alone: the system prompt (the claim that every
@@ -157,6 +231,9 @@ class LLMGrader:
 
         Returns:
             [system message, user message].
+
+        Raises:
+            ValueError: the task prompt (a `--prompts` override) names a field the grader does not fill.
         """
         system = self.prompts.system
         if self.config.candidates_may_fail:
@@ -173,12 +250,20 @@ class LLMGrader:
                 f"Failing trajectories shown for contrast (not to be ranked): "
                 f"{', '.join(toolbox.candidates.contrast)}\n"
             )
-        task = self.prompts.task.format(
-            statement=wrap(view.task.statement or "(no statement given)", toolbox.markers),
-            labels=", ".join(labels),
-            contrast=contrast,
-            tools=", ".join(toolbox.names()),
-        )
+        fields = {
+            "statement": wrap(view.task.statement or "(no statement given)", toolbox.markers),
+            "labels": ", ".join(labels),
+            "contrast": contrast,
+            "tools": ", ".join(toolbox.names()),
+        }
+        try:
+            task = self.prompts.task.format(**fields)
+        except (KeyError, IndexError, ValueError) as exc:
+            known = ", ".join(f"{{{name}}}" for name in fields)
+            raise ValueError(
+                f"the prompt file task.md cannot be filled in ({type(exc).__name__}: {exc}): it may name "
+                f"{known}, and a literal brace is written twice"
+            ) from None
         return [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
     def fingerprint(self) -> str:
