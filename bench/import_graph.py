@@ -107,6 +107,8 @@ FLOORS: list[tuple[str, list[str]]] = [
             "graders.llm.loop",
             "graders.llm.replies",
             "graders.llm.tools",
+            "graders.llm.arguments",
+            "graders.llm.runs",
             "graders.signatures",
             "graders.llm.endpoint",
             "graders.cache",

@@ -987,3 +987,156 @@ def test_any_error_in_a_grading_ends_it_with_the_error_named_in_the_result_and_t
     assert "{statement}" in result.reason
     (failed,) = [e for e in read_transcript(result.transcript) if e["type"] == "failed"]
     assert result.reason.endswith(failed["reason"]) and result.details["model"] == "scripted"
+
+
+@pytest.mark.parametrize("tool_mode", ["native", "text"])
+def test_the_final_turn_says_what_its_submit_ranking_takes(tool_mode: str) -> None:
+    """The final turn's submit_ranking takes `tiers`, a tie-group number per label, where the other turns'
+    takes `ranking`, tie groups as lists: its instruction says which, with an example of that shape; in text
+    mode, where a server may not take the response_format that carries the schema, the call's JSON too."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        labels = labels_in(request)
+        if "this is your last turn" not in request["messages"][-1]["content"]:
+            if tool_mode == "text":
+                return text(json.dumps({"tool": "diff", "arguments": {"candidate": labels[n]}}))
+            return tool_calls(("diff", {"candidate": labels[n]}))
+        arguments = {"tiers": dict.fromkeys(labels, 1), "reasons": {}, "confidence": 0.5}
+        if tool_mode == "text":
+            return text(json.dumps({"tool": "submit_ranking", "arguments": arguments}))
+        return tool_calls(("submit_ranking", arguments))
+
+    result, requests = grade_with(policy, tool_mode=tool_mode, budgets=Budgets(turns=3, retries=0))
+    assert result.status == "graded" and result.details["final_turn"]["why"] == "turn budget"
+    told = requests[-1]["messages"][-1]["content"]
+    assert "`tiers`" in told and "`ranking`" not in told
+    example = json.loads(re.search(r"\((\{.*?\}) ties", told).group(1))
+    assert all(isinstance(number, int) for number in example.values())
+    if tool_mode == "native":
+        (submit,) = requests[-1]["tools"]
+        assert set(submit["function"]["parameters"]["properties"]) == {"tiers", "reasons", "confidence"}
+    else:
+        layout = '{"tool": "submit_ranking", "arguments": {"tiers": .., "reasons": .., "confidence": ..}}'
+        assert layout in told
+
+
+def test_a_forced_turn_says_what_its_submit_ranking_takes() -> None:
+    """A forced turn offers the tools as before, whose submit_ranking takes `ranking`, tie groups as lists:
+    its instruction says so, with an example of that shape."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if request.get("tool_choice") == "required":
+            return submit([labels_in(request)])
+        return text("They all look fine to me.")
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    told = requests[-1]["messages"][-1]["content"]
+    assert "`ranking` is a list of tie groups" in told
+    example = json.loads(re.search(r"\((\[\[.*?\]\]) ranks", told).group(1))
+    assert all(isinstance(group, list) for group in example)
+    (submit_tool,) = [t for t in requests[-1]["tools"] if t["function"]["name"] == "submit_ranking"]
+    assert submit_tool["function"]["parameters"]["properties"]["ranking"]["items"]["type"] == "array"
+
+
+@pytest.mark.parametrize("may_fail", [False, True])
+def test_the_system_prompt_states_what_is_known_of_the_candidates_tests(may_fail: bool) -> None:
+    """Candidates of a verification track are all marked passing, resolved or not: under
+    candidates_may_fail the prompt says their test results are not known, and nowhere takes passing as
+    given; otherwise it says they pass."""
+    result, requests = grade_with(inspector, candidates_may_fail=may_fail)
+    assert result.status == "graded", result.reason
+    system = " ".join(requests[0]["messages"][0]["content"].split())
+    if may_fail:
+        assert "Whether each candidate passes the task's tests is not known" in system
+        assert "already passes" not in system and "Passing tests is necessary" not in system
+        assert "`run` with the command `tests`" in system
+    else:
+        assert "Every candidate below already passes the task's tests." in system
+        assert "not known" not in system
+
+
+def test_run_time_is_not_the_wall_budget_s_and_has_its_own_line_in_the_usage(tmp_path: Path) -> None:
+    """A 4 s `run` under a 3 s wall budget: the model's side took far less, so the grading goes on to its
+    ranking; the sandbox's time is its own line in the usage, as `gagar show` prints it."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if assistant_turns(request) == 0:
+            return tool_calls(("run", {"command": "sleep 4; echo slept", "targets": ["base"]}))
+        return submit([labels_in(request)])
+
+    budgets = Budgets(wall_seconds=3.0, retries=0)
+    result, requests = grade_with(policy, tmp_path=tmp_path, sandbox="local", budgets=budgets)
+    assert result.status == "graded", result.reason
+    assert "final_turn" not in result.details  # the run did not make the model's next turn its last
+    assert result.usage["sandbox_seconds"] >= 4 and "environment_seconds" in result.usage
+    (run,) = [e for e in read_transcript(result.transcript) if e["type"] == "tool_result"]
+    assert "slept" in run["content"]
+    from grader.pipeline import write_results
+
+    write_results([result], tmp_path / "run")
+    shown = run_gagar("show", str(tmp_path / "run"), result.group_id)
+    assert shown.returncode == 0, shown.stderr
+    assert f"sandbox_seconds {result.usage['sandbox_seconds']}" in shown.stdout
+
+
+def test_a_run_that_would_overrun_the_sandbox_budget_is_cut_and_then_run_is_unavailable(
+    tmp_path: Path,
+) -> None:
+    """A 3 s sandbox-time budget: a 30 s command is cut at what the budget leaves, and says so; the next
+    `run` is refused naming the budget; the other tools still work and the grading ends in a ranking."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        step = assistant_turns(request)
+        if step == 0:
+            return tool_calls(("run", {"command": "sleep 30", "targets": ["base"], "timeout": 60}))
+        if step == 1:
+            return tool_calls(
+                ("run", {"command": "echo again", "targets": ["base"]}), ("list_candidates", {})
+            )
+        return submit([labels_in(request)])
+
+    started = time.monotonic()
+    budgets = Budgets(sandbox_seconds=3.0, retries=0)
+    result, requests = grade_with(policy, tmp_path=tmp_path, sandbox="local", budgets=budgets)
+    assert result.status == "graded", result.reason
+    assert time.monotonic() - started < 25
+    results = [e for e in read_transcript(result.transcript) if e["type"] == "tool_result"]
+    cut, refused, listing = results
+    assert "== base: TIMED OUT at 3s, all the sandbox-time budget left for this run allowed" in cut["content"]
+    assert (
+        refused["error"]
+        and "the sandbox-time budget (3s, --max-sandbox-seconds) is spent" in refused["content"]
+    )
+    assert not listing["error"]
+    assert 3 <= result.usage["sandbox_seconds"] <= 10
+
+
+def test_the_opening_says_what_the_sandbox_holds_before_any_run(repo: RepoFactory) -> None:
+    """The task's interpreter, its environment's pins and install and its test command are said in the
+    opening message, before a `run` (which the issue's reviewer learnt only from its first run's output);
+    without a sandbox, nothing is said of one."""
+    recipe = {
+        "repo": "owner/name",
+        "version": "1.2",
+        "python": "3.9",
+        "pip_packages": ["attrs==23.1.0", "pluggy==0.13.1"],
+        "install": "python -m pip install -e .",
+    }
+    patches = {"a": (repo.patch(FIX), True), "b": (repo.patch({"README.md": "x\n"}), True), "f": ("", False)}
+    group = repo.group(patches, test_command="pytest -rA tests")
+    task = group.task.model_copy(update={"python": "3.9", "environment": recipe})
+    group = group.model_copy(update={"task": task})
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        return submit([labels_in(request)])
+
+    said = {}
+    for sandbox in ("docker", None):
+        result, requests = grade_with(policy, group=group, sandbox=sandbox)
+        assert result.status == "graded", result.reason
+        said[sandbox] = requests[0]["messages"][1]["content"]
+    assert "The sandbox of `run`: Python 3.9, in the environment of owner/name 1.2" in said["docker"]
+    assert "packages pinned: attrs==23.1.0, pluggy==0.13.1" in said["docker"]
+    assert "the test command, which `tests` runs: `pytest -rA tests` (runner pytest)" in said["docker"]
+    assert "The sandbox of `run`" not in said[None]

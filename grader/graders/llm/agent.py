@@ -27,6 +27,7 @@ from grader.graders.llm.config import LLMConfig
 from grader.graders.llm.endpoint import Endpoint, Lesson
 from grader.graders.llm.loop import AgentLoop, LoopState, Usage
 from grader.graders.llm.prompts import Prompts, load_prompts
+from grader.graders.llm.runs import describe_environment
 from grader.graders.llm.tools import (
     MAX_RUN_TIMEOUT,
     Markers,
@@ -139,6 +140,7 @@ class LLMGrader:
             sandbox_opener=self._sandbox_opener(view),
             markers=markers,
             reply_tokens=self.config.budgets.max_output_tokens,
+            sandbox_budget=self.config.budgets.sandbox_seconds,
         )
         usage = Usage()
         flags = injections_by_trajectory(view)
@@ -221,7 +223,8 @@ class LLMGrader:
     def _opening(self, toolbox: Toolbox, labels: list[str], view: GradingView, native: bool) -> list[dict]:
         """The conversation's first two messages, built here alone: the system prompt (the claim that every
         candidate passes replaced under `candidates_may_fail`; the tools described in text mode) and the
-        task (statement as data, labels, contrast, tools).
+        task (statement as data, labels, contrast, tools, and what `run`'s sandbox holds, said before any
+        `run`: `runs.describe_environment`).
 
         Args:
             toolbox: the grading's tools (names, specs, labels, markers).
@@ -250,11 +253,13 @@ class LLMGrader:
                 f"Failing trajectories shown for contrast (not to be ranked): "
                 f"{', '.join(toolbox.candidates.contrast)}\n"
             )
+        backend = self.config.sandbox if "run" in toolbox.specs else None
         fields = {
             "statement": wrap(view.task.statement or "(no statement given)", toolbox.markers),
             "labels": ", ".join(labels),
             "contrast": contrast,
             "tools": ", ".join(toolbox.names()),
+            "environment": describe_environment(view.task, backend),
         }
         try:
             task = self.prompts.task.format(**fields)
@@ -304,9 +309,10 @@ class LLMGrader:
             from grader.sandbox import Limits
             from grader.sandbox.environments import open_task_sandbox
 
-            # The container outlives the grading's wall budget by one run at most, then ends by itself.
+            # The container outlives the grading's budgets by one run at most, then ends by itself.
+            budgets = self.config.budgets
             slack = MAX_RUN_TIMEOUT + Limits().command_bound
-            limits = Limits(lifetime=self.config.budgets.wall_seconds + slack)
+            limits = Limits(lifetime=budgets.wall_seconds + budgets.sandbox_seconds + slack)
             # A failed environment build surfaces as `run is unavailable: <reason>`.
             return open_task_sandbox(view, backend, limits)
 
@@ -318,15 +324,30 @@ __all__ = ["Budgets", "LLMConfig", "LLMGrader"]
 
 ALL_PASS_CLAIM = re.compile(r"Every\s+candidate\s+below\s+already\s+passes\s+the\s+task's\s+tests\.")
 """The shipped system prompt's claim (prompts/system.md), across its line breaks."""
+PASSING_IS_NECESSARY = re.compile(r"Passing\s+tests\s+is\s+necessary,\s+not\s+sufficient:")
+"""The shipped system prompt's first criterion, which takes passing as given."""
 MAY_FAIL = (
-    "Some candidates below may not fix the task: they were not all checked against its tests. A candidate "
-    "that does not solve the task as stated ranks below every one that does."
+    "Whether each candidate passes the task's tests is not known: some may not fix the task, and some may "
+    "break tests that passed before the change. A candidate that does not solve the task as stated ranks "
+    "below every one that does; where `run` is offered, `run` with the command `tests` runs the task's tests."
 )
+PASSING_NOT_KNOWN = "Passing the tests (not known here: check it) is necessary, not sufficient:"
 
 
 def candidates_may_fail(system: str) -> str:
-    """The system prompt without its claim that every candidate passes the tests, saying instead that some
-    may not fix the task (the note is appended when a custom prompt words the claim otherwise)."""
+    """The system prompt as it is for candidates whose test results are not known (a verification benchmark
+    marks resolved and unresolved patches alike as passing): its claim that every candidate passes replaced
+    by what is known (`MAY_FAIL`, appended when a custom prompt words the claim otherwise), and its first
+    criterion no longer taking passing as given.
+
+    Args:
+        system: the system prompt.
+
+    Returns:
+        The prompt, changed.
+    """
     if ALL_PASS_CLAIM.search(system):
-        return ALL_PASS_CLAIM.sub(MAY_FAIL, system, count=1)
-    return system + "\n\n" + MAY_FAIL
+        system = ALL_PASS_CLAIM.sub(MAY_FAIL, system, count=1)
+    else:
+        system += "\n\n" + MAY_FAIL
+    return PASSING_IS_NECESSARY.sub(PASSING_NOT_KNOWN, system, count=1)

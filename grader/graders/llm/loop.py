@@ -40,12 +40,21 @@ from grader.graders.llm.tools import SUBMIT, Submission, Toolbox, ToolError
 from grader.graders.transcript import Transcript
 
 NUDGE = "Continue with the tools; finish by calling submit_ranking."
-FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
-FINAL = (
-    "Call submit_ranking now: this is your last turn. Give every candidate ({labels}) its tie group in "
-    "tiers: 1 for the best, 2 for the next, the same number for a tie; a one-sentence reason for each and "
-    "your confidence from 0 to 1."
+FORCE = (
+    "Call submit_ranking now: `ranking` is a list of tie groups, best first, each a list of labels "
+    '([["C-one"], ["C-two", "C-six"]] ranks C-one first and ties the other two), every candidate in exactly '
+    "one; `reasons` maps each label to a one-sentence reason; `confidence` is from 0 to 1."
 )
+FINAL = "Call submit_ranking now: this is your last turn. {how}"
+FINAL_TIERS = (
+    "Give `tiers`, an object with every candidate's label ({labels}) as a key and its tie group as the "
+    "value: 1 for the best, 2 for the next, the same number for a tie "
+    '({{"C-one": 1, "C-two": 2, "C-six": 1}} ties C-one and C-six first); `reasons`, one sentence for each '
+    "label; `confidence`, from 0 to 1."
+)
+"""What the final turn's submit_ranking takes (`Toolbox.final_schemas`), said as its schema says it; the
+example labels cannot be real ones (a label's letters leave out o and i)."""
+TEXT_CALL = ' Reply with the call alone, as JSON: {{"tool": "submit_ranking", "arguments": {{{names}}}}}.'
 SILENT_TURNS_BEFORE_FORCING = 2
 UNANSWERED = "no tool call when forced"
 REPEATED = "only calls already answered"
@@ -68,6 +77,8 @@ class Usage(Traffic):
     completion_tokens: int = 0
     tool_calls: int = 0
     tool_output_chars: int = 0
+    sandbox_seconds: int = 0  # in `run`'s commands (Budgets.sandbox_seconds), rounded
+    environment_seconds: int = 0  # opening the sandbox: building or finding the task's environment
 
     @property
     def total_tokens(self) -> int:
@@ -113,6 +124,8 @@ class LoopState:
     growth: int = 0
     """What the latest turn added to the prompt: about what the next one adds."""
     turn_began: float | None = None
+    off_at_turn: float = 0.0
+    """`AgentLoop.off_the_clock` when the turn began."""
     asked_at: int = 0
     """Where this turn's user message goes, if it has one (the end of the conversation before the turn)."""
 
@@ -174,8 +187,16 @@ class AgentLoop:
         raise GradingFailed(f"turn budget exhausted ({self.budgets.turns} turns) without a valid ranking")
 
     def deadline(self) -> float:
-        """When the wall budget ends: waits for shared slots are not the grading's time."""
-        return self.state.began + self.budgets.wall_seconds + self.state.usage.slot_wait + self.toolbox.waited
+        """When the wall budget ends: waits for shared slots, the environment's build and `run`'s commands
+        (their own budget) are not the model's time."""
+        return (
+            self.state.began + self.budgets.wall_seconds + self.state.usage.slot_wait + self.off_the_clock()
+        )
+
+    def off_the_clock(self) -> float:
+        """Seconds of the grading so far that the wall budget does not count, but for endpoint slot waits."""
+        toolbox = self.toolbox
+        return toolbox.waited + toolbox.environment_seconds + toolbox.sandbox_seconds
 
     # -- asking --------------------------------------------------------------------------------------
 
@@ -184,10 +205,10 @@ class AgentLoop:
         or a stall calls for it, else an order to submit after `SILENT_TURNS_BEFORE_FORCING` answers
         without a call, else what answers the last reply without a call (`pending`), else nothing."""
         state = self.state
-        now = time.monotonic()
-        if state.turn_began is not None:
-            state.slowest = max(state.slowest, now - state.turn_began)
-        state.turn_began = now
+        now, off = time.monotonic(), self.off_the_clock()
+        if state.turn_began is not None:  # the turn's time on the clock: a long `run` is not the model's
+            state.slowest = max(state.slowest, now - state.turn_began - (off - state.off_at_turn))
+        state.turn_began, state.off_at_turn = now, off
         why = state.final or state.stalled or self.last_turn(self.deadline() - now)
         state.asked_at = len(state.messages)
         prefix = state.pending[0] if state.pending else ""
@@ -210,7 +231,19 @@ class AgentLoop:
         state = self.state
         state.final, state.forcing = why, True
         state.details["final_turn"] = {"turn": state.turn, "why": why}
-        self.say(prefix + FINAL.format(labels=", ".join(state.labels)), forced="final", why=why)
+        self.say(prefix + self.final_instruction(), forced="final", why=why)
+
+    def final_instruction(self) -> str:
+        """The final turn's instruction, saying what the submit_ranking it offers takes
+        (`Toolbox.final_schemas`: `tiers`, a tie-group number per label, not the tie groups as lists the
+        other turns' schema takes) and naming every label; in text mode, where the schema reaches the model
+        only through a `response_format` a server may not take, the call's JSON layout too."""
+        (submit,) = self.toolbox.final_schemas()
+        taken = list(submit["function"]["parameters"].get("properties", {}))
+        text = FINAL.format(how=FINAL_TIERS.format(labels=", ".join(self.state.labels)))
+        if not self.native:
+            text += TEXT_CALL.format(names=", ".join(f'"{name}": ..' for name in taken))
+        return text
 
     def say(self, text: str, **marks: Any) -> None:
         """Append a user message to the conversation and the transcript (`marks`: forced, why)."""
@@ -368,7 +401,7 @@ class AgentLoop:
             context_tokens=overflow.limit,
             prompt_tokens=overflow.prompt_tokens,
         )
-        text = LEFT_OUT.format(count=kept_from - opening) + FINAL.format(labels=", ".join(self.state.labels))
+        text = LEFT_OUT.format(count=kept_from - opening) + self.final_instruction()
         shortened = messages[:opening] + messages[kept_from:asked_at] + [{"role": "user", "content": text}]
         self.transcript.event("message", role="user", content=text, forced="final", why=CONTEXT)
         return shortened
@@ -465,7 +498,10 @@ class AgentLoop:
                 output, is_error = self.toolbox.call(name, arguments), False
             except ToolError as exc:
                 output, is_error = f"error: {exc}{aside(cut)}", True
-            self.state.usage.tool_output_chars += len(output)
+            usage = self.state.usage
+            usage.tool_output_chars += len(output)
+            usage.sandbox_seconds = round(self.toolbox.sandbox_seconds)
+            usage.environment_seconds = round(self.toolbox.environment_seconds)
             self.answer(call_id, name, output, started, is_error)
         return None
 
