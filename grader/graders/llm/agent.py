@@ -123,7 +123,7 @@ class LLMGrader:
         neither (`_close`).
 
         Raises:
-            GradingFailed: with the reason.
+            GradingFailed: the grading's failure, with the reason and what is known so far.
         """
         group_id = view.group_id
         seed = self._seed(group_id)
