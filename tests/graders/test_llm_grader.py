@@ -1080,16 +1080,19 @@ def test_run_time_is_not_the_wall_budget_s_and_has_its_own_line_in_the_usage(tmp
     assert f"sandbox_seconds {result.usage['sandbox_seconds']}" in shown.stdout
 
 
+@pytest.mark.parametrize("timeout", [60, None])
 def test_a_run_that_would_overrun_the_sandbox_budget_is_cut_and_then_run_is_unavailable(
-    tmp_path: Path,
+    tmp_path: Path, timeout: int | None
 ) -> None:
-    """A 3 s sandbox-time budget: a 30 s command is cut at what the budget leaves, and says so; the next
-    `run` is refused naming the budget; the other tools still work and the grading ends in a ranking."""
+    """A 3 s sandbox-time budget: a 30 s command (its timeout asked, or the default) is cut at what the
+    budget leaves, and says so; the next `run` is refused naming the budget; the other tools still work and
+    the grading ends in a ranking."""
 
     def policy(request: dict[str, Any], n: int) -> Reply:
         step = assistant_turns(request)
         if step == 0:
-            return tool_calls(("run", {"command": "sleep 30", "targets": ["base"], "timeout": 60}))
+            asked = {"timeout": timeout} if timeout is not None else {}
+            return tool_calls(("run", {"command": "sleep 30", "targets": ["base"], **asked}))
         if step == 1:
             return tool_calls(
                 ("run", {"command": "echo again", "targets": ["base"]}), ("list_candidates", {})

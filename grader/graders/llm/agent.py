@@ -27,9 +27,8 @@ from grader.graders.llm.config import LLMConfig
 from grader.graders.llm.endpoint import Endpoint, Lesson
 from grader.graders.llm.loop import AgentLoop, LoopState, Usage
 from grader.graders.llm.prompts import Prompts, load_prompts
-from grader.graders.llm.runs import describe_environment
+from grader.graders.llm.runs import MAX_RUN_TIMEOUT, describe_environment
 from grader.graders.llm.tools import (
-    MAX_RUN_TIMEOUT,
     Markers,
     Submission,
     Toolbox,

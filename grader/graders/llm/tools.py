@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import random
 import re
 import secrets
@@ -25,7 +26,6 @@ from grader.errors import ToolError
 from grader.graders.llm.arguments import parse_arguments, tiers_as_ranking, tool_errors
 from grader.graders.llm.budgets import Budgets
 from grader.graders.llm.runs import (
-    MAX_RUN_TIMEOUT,
     describe_sandbox,
     render_targets,
     run_timeout,
@@ -480,8 +480,7 @@ class Toolbox:
         if same:
             return "\n".join([*blocks, f"== all targets ({', '.join(labels)}): {same}"])
         cut = ""
-        asked = timeout if timeout is not None else each
-        if each < min(float(asked), MAX_RUN_TIMEOUT):
+        if each < run_timeout(timeout, tests, math.inf, 1, 1):  # what the budget did not cut
             cut = f" at {each:.0f}s, all the sandbox-time budget left for this run allowed"
         by_label = {label: results[tid] for label, tid in ids.items()}
         return "\n".join(blocks + render_targets(by_label, self.output_chars, self._wrap, cut))
