@@ -105,7 +105,11 @@ FLOORS: list[tuple[str, list[str]]] = [
         [
             "graders.heuristic",
             "graders.llm.agent",
+            "graders.llm.loop",
+            "graders.llm.replies",
             "graders.llm.tools",
+            "graders.llm.arguments",
+            "graders.llm.runs",
             "graders.signatures",
             "graders.llm.endpoint",
             "graders.cache",

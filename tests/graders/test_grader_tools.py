@@ -78,11 +78,12 @@ def test_cap_lines_keeps_whole_lines_and_names_those_cut() -> None:
     assert single.count("j") == 3000 and "2,000 characters cut" in single
 
 
-def test_an_empty_stream_leaves_its_share_to_the_other() -> None:
+def test_an_empty_stream_leaves_its_share_to_the_other_and_stderr_does_not_crowd_out_stdout() -> None:
     assert split_budget(5000, 0, 1000) == (1000, 1)
     assert split_budget(5000, 100, 1000) == (900, 100)
     assert split_budget(100, 5000, 1000) == (100, 900)
-    assert split_budget(5000, 5000, 1000) == (500, 500)
+    # Both long: stdout (a test run's results) first, stderr's warnings a quarter (it was half).
+    assert split_budget(5000, 5000, 1000) == (750, 250)
 
 
 @pytest.fixture
@@ -98,7 +99,9 @@ def test_run_cuts_a_long_stdout_at_line_boundaries_naming_the_lines(
     with toolbox_over(repo, mirrors, {"a": FIX}, output_chars=4000) as (toolbox, _):
         output = toolbox.call("run", {"command": probe_lines})
     blocks = blocks_of(output)
-    assert set(blocks) == {"base", *toolbox.candidates.order}
+    assert set(blocks) == {"base"}  # the candidate's output is the same: said in one line, not shown again
+    for label in toolbox.candidates.order:
+        assert re.search(rf"^== {label}: exit 0, [\d.]+s: the same exit and output as base$", output, re.M)
     for label, body in blocks.items():
         stdout = body.split("stdout:\n", 1)[1].rsplit("\nstderr:\n", 1)[0].splitlines()
         (cut,) = [line for line in stdout if line.startswith("[...")]
@@ -156,11 +159,11 @@ def test_search_leaves_vendored_trees_out_unless_asked(make_repo, mirrors: Mirro
         inside = tb.call("search", {"target": "base", "pattern": "def helper", "path": "pkg/_vendor"})
         tool = next(spec for spec in tb.specs.values() if spec["name"] == "search")
     assert default.startswith(
-        "1 matching line(s); 3 match(es) in vendored paths left out (pass include_vendored=true)\n"
+        "base: 1 matching line(s); 3 match(es) in vendored paths left out (pass include_vendored=true)\n"
     )
     assert "pkg/core.py:1:def helper" in default and "six.py" not in default and "third_party" not in default
-    assert everything.startswith("4 matching line(s)\n") and "node_modules" in everything
-    assert inside.startswith("1 matching line(s)\n") and "pkg/_vendor/six.py:1:" in inside
+    assert everything.startswith("base: 4 matching line(s)\n") and "node_modules" in everything
+    assert inside.startswith("base: 1 matching line(s)\n") and "pkg/_vendor/six.py:1:" in inside
     assert "include_vendored" in tool["parameters"]["properties"]
     named = set(re.search(r"directories named ([^)]*)\)", tool["description"]).group(1).split(", "))
     assert named == VENDORED_DIRS  # the description names exactly the trees left out
@@ -252,7 +255,7 @@ def test_diff_pages_end_at_line_boundaries_and_together_are_the_whole_diff(
     with toolbox_over(repo, mirrors, {"a": {"pkg/big.py": changed}}, page_chars=3000) as (tb, view):
         label = tb.candidates.order[0]
         first = tb.call("diff", {"candidate": label})
-        count = int(re.match(r"page 1 of (\d+)\n", first).group(1))
+        count = int(re.match(rf"diff of {label} against base, page 1 of (\d+)\n", first).group(1))
         pages = [first] + [tb.call("diff", {"candidate": label, "page": n}) for n in range(2, count + 1)]
         whole = compact_diff(view.diff(tb.candidates.trajectory(label)))
     bodies = [
@@ -260,3 +263,57 @@ def test_diff_pages_end_at_line_boundaries_and_together_are_the_whole_diff(
     ]
     assert count > 1 and "".join(bodies) == whole
     assert all(body.endswith("\n") and len(body) <= 3000 for body in bodies)
+
+
+def test_with_twelve_targets_a_short_output_is_never_cut(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    """12 targets of a 12-line probe, 1,300 characters each: over the cap's equal share (1,000), which cut
+    every one; short outputs are shown whole, each naming its target."""
+    edits = {f"t{i}": {"pkg/util.py": f"VALUE = {i}\n"} for i in range(11)}
+    probe = (
+        "python3 - <<'EOF'\nimport pkg.util as u\nvalue = getattr(u, 'VALUE', -1)\n"
+        "for i in range(12):\n    print(f'{value:>3} line {i:>2} ' + 'v' * 96)\nEOF"
+    )
+    with toolbox_over(repo, mirrors, edits) as (toolbox, _):
+        output = toolbox.call("run", {"command": probe})
+    blocks = blocks_of(output)
+    assert set(blocks) == {"base", *toolbox.candidates.order}
+    for label, body in blocks.items():
+        assert "cut" not in body, label
+        assert sum(" line " in line for line in body.splitlines()) == 12, label
+    assert len(output) > 12 * 1200
+
+
+def test_a_long_test_run_keeps_its_summary_and_stderr_warnings_do_not_crowd_out_stdout(
+    repo: RepoFactory, mirrors: MirrorCache
+) -> None:
+    """A test run's 400 result lines and its summary on stdout, 300 warnings on stderr, on 2 targets whose
+    outputs differ: each keeps the summary (the tail) and names the lines dropped, and stdout shows at least
+    twice what stderr does (they had half each)."""
+    run = (
+        "python3 - <<'EOF'\nimport sys, pkg.core\nfor i in range(400):\n"
+        "    print(f'testing/test_x.py::test_{i} PASSED' + ' ' * 20)\n"
+        "    if i < 300:\n"
+        "        print(f'DeprecationWarning: old call {i}' + ' ' * 20, file=sys.stderr)\n"
+        "print(f'==== {pkg.core.add(1, 2)} failed, 397 passed in 1.23s ====')\nEOF"
+    )
+    with toolbox_over(repo, mirrors, {"a": FIX}) as (toolbox, _):
+        output = toolbox.call("run", {"command": run})
+    blocks = blocks_of(output)
+    assert set(blocks) == {"base", *toolbox.candidates.order}
+    for label, body in blocks.items():
+        stdout, stderr = body.split("stdout:\n", 1)[1].split("\nstderr:\n", 1)
+        assert re.search(r"==== -?\d+ failed, 397 passed in 1\.23s ====$", stdout.rstrip()), label
+        assert MARKER.match(next(line for line in stdout.splitlines() if line.startswith("[..."))), label
+        assert len(stdout) >= 2 * len(stderr), (label, len(stdout), len(stderr))
+
+
+def test_each_tool_result_names_what_it_is_about(repo: RepoFactory, mirrors: MirrorCache) -> None:
+    """A result answers its call by id only: each names its candidate or target before the data."""
+    with toolbox_over(repo, mirrors, {"a": FIX, "b": {"README.md": "x\n"}}) as (tb, _):
+        first, second = tb.candidates.order
+        diff = tb.call("diff", {"candidate": first, "against": second, "path": "pkg"})
+        read = tb.call("read_file", {"target": second, "path": "pkg/core.py"})
+        search = tb.call("search", {"target": first, "pattern": "def add"})
+    assert diff.startswith(f"diff of {first} against {second}, pkg\n<<<DATA ")
+    assert read.startswith(f"{second}: pkg/core.py lines 1-")
+    assert search.startswith(f"{first}: 1 matching line(s)\n")

@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from grader.groups.formats import load_group_file
 from grader.groups.models import GroupResult
 from grader.inspect.steps import to_steps
 from grader.pipeline import grade_group_sync
+from grader.sandbox.base import BACKENDS
+from grader.sandbox.local import LocalSandbox
 from grader.servers.scripted import (
     Reply,
     ScriptedServer,
@@ -883,3 +886,260 @@ def test_structured_mode_is_part_of_the_fingerprint_and_streaming_is_not() -> No
     }
     assert prints[(False, True)] != prints[(True, True)]
     assert prints[(True, False)] == prints[(True, True)]
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "problem"),
+    [
+        ("read_file", {"target": "base", "path": "inventory/stock.py\x00"}, "NUL"),
+        ("diff", {"candidate": "LABEL", "path": "inventory\x00"}, "NUL"),
+        ("search", {"target": "base", "pattern": "def\x00"}, "NUL"),
+        ("read_file", '{"target": "base", "path": ' + DEEP + "}", "nested deeper"),
+        ("diff", DEEP, "nested deeper"),
+        ("diff", {"candidate": "LABEL", "path": "../.."}, "diff failed on these arguments: GitError"),
+    ],
+)
+def test_arguments_that_break_the_tool_layer_get_an_error_and_the_grading_goes_on(
+    tool: str, arguments: Any, problem: str, tmp_path: Path
+) -> None:
+    """A path or pattern with a NUL byte (git refuses it as an argument), JSON nested 100,000 deep (past
+    Python's reader), a path outside the repository (git fails): the call is answered with an error as any
+    bad call is, the grading goes on to the model's ranking, and the usage counted before it is kept."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if assistant_turns(request) == 0:
+            sent = arguments
+            if isinstance(arguments, dict) and arguments.get("candidate") == "LABEL":
+                sent = {**arguments, "candidate": labels_in(request)[0]}
+            return tool_calls((tool, sent), usage=(100, 20))
+        return submit([labels_in(request)])
+
+    result, requests = grade_with(policy, tmp_path=tmp_path)
+    assert result.status == "graded", result.reason
+    answer = requests[1]["messages"][-1]
+    assert answer["role"] == "tool" and answer["content"].startswith("error: "), answer
+    assert problem in answer["content"]
+    assert result.usage["requests"] == 2 and result.usage["tool_calls"] == 2
+    assert result.usage["prompt_tokens"] == 200
+    events = read_transcript(result.transcript)
+    (shown,) = [e for e in events if e["type"] == "tool_result" and e["name"] == tool]
+    assert shown["error"] is True and problem in shown["content"]
+
+
+class _SandboxThatFailsToClose(LocalSandbox):
+    """A real local sandbox whose close then raises, as docker-py's request to remove a busy container
+    does when the engine answers late (a timeout that is not a DockerException)."""
+
+    def _close(self) -> None:
+        super()._close()
+        raise TimeoutError("the engine did not answer within 60 s")
+
+
+@pytest.fixture
+def close_fails() -> Iterator[str]:
+    BACKENDS.add("close-fails-test", _SandboxThatFailsToClose, doc="closes, then raises")
+    try:
+        yield "close-fails-test"
+    finally:
+        BACKENDS._entries.pop("close-fails-test")  # the registry has no removal: tests only
+
+
+@pytest.mark.parametrize("submits", [True, False])
+def test_a_sandbox_that_fails_to_close_loses_neither_the_outcome_nor_the_transcript(
+    close_fails: str, submits: bool, tmp_path: Path
+) -> None:
+    """A run, then a submission (or no submission until the turn budget): the sandbox's close raising
+    afterwards replaced the outcome (internal_error, no usage) and left the transcript unwritten."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if assistant_turns(request) == 0 or not submits:
+            return tool_calls(("run", {"command": f"echo turn {n}", "targets": ["base"]}))
+        return submit([labels_in(request)])
+
+    result, requests = grade_with(
+        policy, tmp_path=tmp_path, sandbox=close_fails, budgets=Budgets(turns=3, retries=0)
+    )
+    assert result.status == ("graded" if submits else "failed"), result.reason
+    if not submits:
+        assert "turn budget exhausted (3 turns)" in result.reason
+    assert result.usage["requests"] == len(requests) and result.usage["tool_calls"] >= 2
+    assert result.details["sandbox_close"] == "TimeoutError: the engine did not answer within 60 s"
+    events = read_transcript(result.transcript)
+    assert events[-2]["type"] == ("submitted" if submits else "failed")
+    assert events[-1]["type"] == "sandbox_close_failed" and "60 s" in events[-1]["error"]
+
+
+def test_any_error_in_a_grading_ends_it_with_the_error_named_in_the_result_and_the_transcript(
+    tmp_path: Path,
+) -> None:
+    """Not only GradingFailed: any exception out of the grading (here a --prompts task.md naming a field the
+    grader does not fill) fails the group naming it, and the transcript ends with the same reason."""
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    (prompts / "task.md").write_text("Rank these: {labels}. Consider {nonsense}.\n")
+    result, requests = grade_with(inspector, tmp_path=tmp_path, prompts_dir=prompts)
+    assert_unchanged(result)
+    assert result.outcome.value == "grader_failed" and requests == []
+    assert "task.md cannot be filled in" in result.reason and "'nonsense'" in result.reason
+    assert "{statement}" in result.reason
+    (failed,) = [e for e in read_transcript(result.transcript) if e["type"] == "failed"]
+    assert result.reason.endswith(failed["reason"]) and result.details["model"] == "scripted"
+
+
+@pytest.mark.parametrize("tool_mode", ["native", "text"])
+def test_the_final_turn_says_what_its_submit_ranking_takes(tool_mode: str) -> None:
+    """The final turn's submit_ranking takes `tiers`, a tie-group number per label, where the other turns'
+    takes `ranking`, tie groups as lists: its instruction says which, with an example of that shape; in text
+    mode, where a server may not take the response_format that carries the schema, the call's JSON too."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        labels = labels_in(request)
+        if "this is your last turn" not in request["messages"][-1]["content"]:
+            if tool_mode == "text":
+                return text(json.dumps({"tool": "diff", "arguments": {"candidate": labels[n]}}))
+            return tool_calls(("diff", {"candidate": labels[n]}))
+        arguments = {"tiers": dict.fromkeys(labels, 1), "reasons": {}, "confidence": 0.5}
+        if tool_mode == "text":
+            return text(json.dumps({"tool": "submit_ranking", "arguments": arguments}))
+        return tool_calls(("submit_ranking", arguments))
+
+    result, requests = grade_with(policy, tool_mode=tool_mode, budgets=Budgets(turns=3, retries=0))
+    assert result.status == "graded" and result.details["final_turn"]["why"] == "turn budget"
+    told = requests[-1]["messages"][-1]["content"]
+    assert "`tiers`" in told and "`ranking`" not in told
+    example = json.loads(re.search(r"\((\{.*?\}) ties", told).group(1))
+    assert all(isinstance(number, int) for number in example.values())
+    if tool_mode == "native":
+        (submit,) = requests[-1]["tools"]
+        assert set(submit["function"]["parameters"]["properties"]) == {"tiers", "reasons", "confidence"}
+    else:
+        layout = '{"tool": "submit_ranking", "arguments": {"tiers": .., "reasons": .., "confidence": ..}}'
+        assert layout in told
+
+
+def test_a_forced_turn_says_what_its_submit_ranking_takes() -> None:
+    """A forced turn offers the tools as before, whose submit_ranking takes `ranking`, tie groups as lists:
+    its instruction says so, with an example of that shape."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if request.get("tool_choice") == "required":
+            return submit([labels_in(request)])
+        return text("They all look fine to me.")
+
+    result, requests = grade_with(policy)
+    assert result.status == "graded", result.reason
+    told = requests[-1]["messages"][-1]["content"]
+    assert "`ranking` is a list of tie groups" in told
+    example = json.loads(re.search(r"\((\[\[.*?\]\]) ranks", told).group(1))
+    assert all(isinstance(group, list) for group in example)
+    (submit_tool,) = [t for t in requests[-1]["tools"] if t["function"]["name"] == "submit_ranking"]
+    assert submit_tool["function"]["parameters"]["properties"]["ranking"]["items"]["type"] == "array"
+
+
+@pytest.mark.parametrize("may_fail", [False, True])
+def test_the_system_prompt_states_what_is_known_of_the_candidates_tests(may_fail: bool) -> None:
+    """Candidates of a verification track are all marked passing, resolved or not: under
+    candidates_may_fail the prompt says their test results are not known, and nowhere takes passing as
+    given; otherwise it says they pass."""
+    result, requests = grade_with(inspector, candidates_may_fail=may_fail)
+    assert result.status == "graded", result.reason
+    system = " ".join(requests[0]["messages"][0]["content"].split())
+    if may_fail:
+        assert "Whether each candidate passes the task's tests is not known" in system
+        assert "already passes" not in system and "Passing tests is necessary" not in system
+        assert "`run` with the command `tests`" in system
+    else:
+        assert "Every candidate below already passes the task's tests." in system
+        assert "not known" not in system
+
+
+def test_run_time_is_not_the_wall_budget_s_and_has_its_own_line_in_the_usage(tmp_path: Path) -> None:
+    """A 4 s `run` under a 3 s wall budget: the model's side took far less, so the grading goes on to its
+    ranking; the sandbox's time is its own line in the usage, as `gagar show` prints it."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if assistant_turns(request) == 0:
+            return tool_calls(("run", {"command": "sleep 4; echo slept", "targets": ["base"]}))
+        return submit([labels_in(request)])
+
+    budgets = Budgets(wall_seconds=3.0, retries=0)
+    result, requests = grade_with(policy, tmp_path=tmp_path, sandbox="local", budgets=budgets)
+    assert result.status == "graded", result.reason
+    assert "final_turn" not in result.details  # the run did not make the model's next turn its last
+    assert result.usage["sandbox_seconds"] >= 4 and "environment_seconds" in result.usage
+    (run,) = [e for e in read_transcript(result.transcript) if e["type"] == "tool_result"]
+    assert "slept" in run["content"]
+    from grader.pipeline import write_results
+
+    write_results([result], tmp_path / "run")
+    shown = run_gagar("show", str(tmp_path / "run"), result.group_id)
+    assert shown.returncode == 0, shown.stderr
+    assert f"sandbox_seconds {result.usage['sandbox_seconds']}" in shown.stdout
+
+
+@pytest.mark.parametrize("timeout", [60, None])
+def test_a_run_that_would_overrun_the_sandbox_budget_is_cut_and_then_run_is_unavailable(
+    tmp_path: Path, timeout: int | None
+) -> None:
+    """A 3 s sandbox-time budget: a 30 s command (its timeout asked, or the default) is cut at what the
+    budget leaves, and says so; the next `run` is refused naming the budget; the other tools still work and
+    the grading ends in a ranking."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        step = assistant_turns(request)
+        if step == 0:
+            asked = {"timeout": timeout} if timeout is not None else {}
+            return tool_calls(("run", {"command": "sleep 30", "targets": ["base"], **asked}))
+        if step == 1:
+            return tool_calls(
+                ("run", {"command": "echo again", "targets": ["base"]}), ("list_candidates", {})
+            )
+        return submit([labels_in(request)])
+
+    started = time.monotonic()
+    budgets = Budgets(sandbox_seconds=3.0, retries=0)
+    result, requests = grade_with(policy, tmp_path=tmp_path, sandbox="local", budgets=budgets)
+    assert result.status == "graded", result.reason
+    assert time.monotonic() - started < 25
+    results = [e for e in read_transcript(result.transcript) if e["type"] == "tool_result"]
+    cut, refused, listing = results
+    assert "== base: TIMED OUT at 3s, all the sandbox-time budget left for this run allowed" in cut["content"]
+    assert (
+        refused["error"]
+        and "the sandbox-time budget (3s, --max-sandbox-seconds) is spent" in refused["content"]
+    )
+    assert not listing["error"]
+    assert 3 <= result.usage["sandbox_seconds"] <= 10
+
+
+def test_the_opening_says_what_the_sandbox_holds_before_any_run(repo: RepoFactory) -> None:
+    """The task's interpreter, its environment's pins and install and its test command are said in the
+    opening message, before a `run` (which the issue's reviewer learnt only from its first run's output);
+    without a sandbox, nothing is said of one."""
+    recipe = {
+        "repo": "owner/name",
+        "version": "1.2",
+        "python": "3.9",
+        "pip_packages": ["attrs==23.1.0", "pluggy==0.13.1"],
+        "install": "python -m pip install -e .",
+    }
+    patches = {"a": (repo.patch(FIX), True), "b": (repo.patch({"README.md": "x\n"}), True), "f": ("", False)}
+    group = repo.group(patches, test_command="pytest -rA tests")
+    task = group.task.model_copy(update={"python": "3.9", "environment": recipe})
+    group = group.model_copy(update={"task": task})
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        return submit([labels_in(request)])
+
+    said = {}
+    for sandbox in ("docker", None):
+        result, requests = grade_with(policy, group=group, sandbox=sandbox)
+        assert result.status == "graded", result.reason
+        said[sandbox] = requests[0]["messages"][1]["content"]
+    assert "The sandbox of `run`: Python 3.9, in the environment of owner/name 1.2" in said["docker"]
+    assert "packages pinned: attrs==23.1.0, pluggy==0.13.1" in said["docker"]
+    assert "the test command, which `tests` runs: `pytest -rA tests` (runner pytest)" in said["docker"]
+    assert "The sandbox of `run`" not in said[None]

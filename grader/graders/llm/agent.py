@@ -1,9 +1,9 @@
 """The agentic grader: an LLM on an OpenAI-compatible endpoint inspects the candidates with tools, then ranks.
 
-The loop is small on purpose: ask the model, run the tool calls it makes, feed the results back, until it
-submits a valid ranking or a budget runs out. It knows tools only through `Toolbox.schemas()` and
-`Toolbox.call()`. Every failure ends in `GradingFailed` with the reason (never a default ranking), so the
-group passes through unchanged.
+`LLMGrader.grade` sets a grading up (labels, tools, transcript, the opening messages of `_opening`) and runs
+the loop (`grader.graders.llm.loop`): ask the model, run the tool calls it makes, feed the results back,
+until it submits a valid ranking or a budget runs out. Every failure ends in `GradingFailed` with the reason
+(never a default ranking), so the group passes through unchanged.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import os
 import re
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +24,14 @@ from grader.errors import GradingFailed
 from grader.graders.base import Grade
 from grader.graders.llm.budgets import Budgets
 from grader.graders.llm.config import LLMConfig
-from grader.graders.llm.endpoint import (
-    ContextOverflow,
-    DeadlinePassed,
-    Endpoint,
-    EndpointFailed,
-    Lesson,
-    Reply,
-    Traffic,
-)
+from grader.graders.llm.endpoint import Endpoint, Lesson
+from grader.graders.llm.loop import AgentLoop, LoopState, Usage
 from grader.graders.llm.prompts import Prompts, load_prompts
+from grader.graders.llm.runs import MAX_RUN_TIMEOUT, describe_environment
 from grader.graders.llm.tools import (
-    MAX_RUN_TIMEOUT,
-    SUBMIT,
     Markers,
     Submission,
     Toolbox,
-    ToolError,
     assign_labels,
     injections_by_trajectory,
     wrap,
@@ -48,83 +40,44 @@ from grader.graders.transcript import Transcript
 from grader.workspace.view import GradingView
 from grader.workspace.workspace import ref_name
 
-NUDGE = "Continue with the tools; finish by calling submit_ranking."
-FORCE = "Call submit_ranking now, with every candidate label, a reason for each and your confidence."
-FINAL = (
-    "Call submit_ranking now: this is your last turn. Give every candidate ({labels}) its tie group in "
-    "tiers: 1 for the best, 2 for the next, the same number for a tie; a one-sentence reason for each and "
-    "your confidence from 0 to 1."
-)
-SILENT_TURNS_BEFORE_FORCING = 2
-UNANSWERED = "no tool call when forced"
-REPEATED = "only calls already answered"
-"""Why a final turn follows a forced turn the model answered without any tool call: it will not inspect, so
-what it can still do is submit (under "auto", which a server refusing "required" falls back to, Gemma 3 270M
-on llama-cpp-python answered 21 forced turns in a row with an empty message)."""
-CUT = "Your reply was cut at the limit of {limit} tokens a turn: keep replies and arguments shorter. "
-CUT_AT_CONTEXT = "Your reply was cut where the model's context ends: keep replies and arguments shorter. "
-"""Told for a reply cut with fewer tokens written than the turn allowed: llama-server reports `length` for a
-reply the end of its context cut as for one the per-turn limit cut."""
-CONTEXT = "context window"
-"""Why the final turn comes when the conversation nears or passes the model's context."""
-LEFT_OUT = "Your {count} earlier message(s) and their tool results were left out to fit the model's context. "
+
+def _failure(exc: Exception) -> GradingFailed:
+    """The GradingFailed a grading ends with for `exc`: itself, or one naming any other exception (a bug, a
+    bad prompt file, a transcript that cannot be written), chained to it, so the failure still carries the
+    usage, details and transcript (the pipeline's catch-all keeps none of them)."""
+    if isinstance(exc, GradingFailed):
+        return exc
+    failure = GradingFailed(f"{type(exc).__name__}: {exc}")
+    failure.__cause__ = exc
+    return failure
 
 
-@dataclass
-class _Usage(Traffic):
-    """A grading's costs: the endpoint's traffic (requests, retries, slot waits) and what the turns used."""
-
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0  # served from the server's prefix cache, where it reports them
-    completion_tokens: int = 0
-    tool_calls: int = 0
-    tool_output_chars: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def as_dict(self) -> dict[str, int]:
-        counts = {k: v for k, v in self.__dict__.items() if k != "slot_wait"}
-        return {**counts, "total_tokens": self.total_tokens}
+def _quietly(write: Callable[..., Any], *args: Any, **fields: Any) -> None:
+    """A transcript event that must not replace the outcome it records: an unwritable transcript (a full
+    disk) loses the event, not the grading's result."""
+    with contextlib.suppress(OSError, ValueError):
+        write(*args, **fields)
 
 
-def _text_tool_call(content: str | None) -> tuple[str, Any] | None:
-    """A tool call written as JSON in the message text, for endpoints without function calling."""
-    if not content:
-        return None
-    fenced = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", content, flags=re.S)
-    candidates = [fenced.group(1)] if fenced else []
-    start = content.find("{")
-    if start >= 0:
-        candidates.append(content[start : content.rfind("}") + 1])
-    for text in candidates:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict) and isinstance(data.get("tool"), str):
-            return data["tool"], data.get("arguments", {})
-    return None
+def _close(toolbox: Toolbox, transcript: Transcript, details: dict[str, Any]) -> bool:
+    """Close the grading's sandbox and transcript; neither failing replaces the grading's outcome (a container
+    the engine did not remove in time after a long `run` ended such gradings with no ranking and no
+    transcript). What failed is said in `details` ("sandbox_close", "transcript_error") and the transcript.
 
-
-def _reply_format(toolbox: Toolbox, only_submit: bool, final: bool = False) -> dict[str, Any]:
-    """A `response_format` that admits exactly one text-mode tool call, {"tool": name, "arguments": {...}},
-    each tool's arguments under its own schema; only submit_ranking when the submission is forced (in the
-    final turn's form, `Toolbox.final_schemas`, when `final`)."""
-    schemas = toolbox.final_schemas() if final else toolbox.schemas()
-    calls = [
-        {
-            "type": "object",
-            "properties": {"tool": {"const": spec["name"]}, "arguments": spec["parameters"]},
-            "required": ["tool", "arguments"],
-            "additionalProperties": False,
-        }
-        for spec in (s["function"] for s in schemas)
-        if not only_submit or spec["name"] == SUBMIT
-    ]
-    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
-    return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
+    Returns:
+        Whether the transcript was written to its path.
+    """
+    try:
+        toolbox.close()
+    except Exception as exc:  # noqa: BLE001 - the sandbox ends by itself at its lifetime; the result stands
+        details["sandbox_close"] = f"{type(exc).__name__}: {exc}"
+        _quietly(transcript.event, "sandbox_close_failed", error=details["sandbox_close"])
+    try:
+        transcript.close()
+    except OSError as exc:
+        details["transcript_error"] = f"{type(exc).__name__}: {exc}"
+        return False
+    return transcript.path is not None
 
 
 def _note_lessons(details: dict[str, Any], known: list[Lesson], transcript: Transcript) -> None:
@@ -137,39 +90,6 @@ def _note_lessons(details: dict[str, Any], known: list[Lesson], transcript: Tran
             lessons.append(str(Lesson(**fields)))
     if lessons:
         details["endpoint"] = list(dict.fromkeys(lessons))
-
-
-def _call_key(name: str, arguments: Any) -> str:
-    """A tool call as one comparable string: its name and its arguments, decoded where they are JSON."""
-    if isinstance(arguments, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            arguments = json.loads(arguments or "{}")
-    return f"{name} {json.dumps(arguments, sort_keys=True)}"
-
-
-def _cut_note(reply: Reply, limit: int) -> str:
-    """What the next message tells the model of its reply, if the reply was cut: at the per-turn limit, or
-    (fewer tokens written than the `limit` the turn allowed, where the server reports its usage) where the
-    model's context ends; "" for a reply that ended on its own."""
-    if reply.finish_reason != "length":
-        return ""
-    written = (reply.usage or {}).get("completion_tokens")
-    return CUT_AT_CONTEXT if isinstance(written, int) and written < limit else CUT.format(limit=limit)
-
-
-def _arguments_text(arguments: Any) -> str:
-    """A tool call's arguments as the JSON string the chat format expects in the history (some servers send
-    an object). Arguments that are not a JSON object (a reply cut mid-call) go back as one that holds their
-    text, {"invalid_json": ...}: llama-server parses every call of the history and answers HTTP 500 "Failed to
-    parse tool call arguments as JSON" to each later turn otherwise (a default-options grading failed so when
-    Gemma 3 270M's reply was cut at the turn limit inside a call). The call's result says what was wrong."""
-    if not isinstance(arguments, str):
-        return json.dumps(arguments)
-    try:
-        parsed = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        parsed = None
-    return arguments if isinstance(parsed, dict) else json.dumps({"invalid_json": arguments})
 
 
 class LLMGrader:
@@ -194,7 +114,16 @@ class LLMGrader:
         )
 
     def grade(self, view: GradingView) -> Grade:
-        """Grade one group with the model; see `Grader.grade`. Raises GradingFailed with the reason."""
+        """Grade one group with the model; see `Grader.grade`.
+
+        Every way out is a Grade or a GradingFailed whose reason names the budget or the error (any
+        exception in the grading becomes one, with the usage, details and transcript known so far); the
+        transcript ends with "submitted" or "failed". A sandbox or transcript that fails to close loses
+        neither (`_close`).
+
+        Raises:
+            GradingFailed: the grading's failure, with the reason and what is known so far.
+        """
         group_id = view.group_id
         seed = self._seed(group_id)
         path = None
@@ -210,8 +139,9 @@ class LLMGrader:
             sandbox_opener=self._sandbox_opener(view),
             markers=markers,
             reply_tokens=self.config.budgets.max_output_tokens,
+            sandbox_budget=self.config.budgets.sandbox_seconds,
         )
-        usage = _Usage()
+        usage = Usage()
         flags = injections_by_trajectory(view)
         details: dict[str, Any] = {
             "model": self.config.model,
@@ -223,30 +153,25 @@ class LLMGrader:
         known = self.endpoint.lessons
         # Opened last and closed in `finally`: a temporary file left open would wait for the collector.
         transcript = Transcript(path)
+        failure: GradingFailed | None = None
         try:
-            transcript.event(
-                "start",
-                group_id=group_id,
-                model=self.config.model,
-                seed=seed,
-                labels=candidates.members,
-                contrast=candidates.contrast,
-                tool_mode=self.config.tool_mode,
-            )
-            if known:  # what earlier gradings learnt of the server shapes this one's requests: say so too
-                transcript.event("endpoint", learnt=[lesson.as_dict() for lesson in known])
-            for tid, hits in flags.items():
-                transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
-            submission = self._loop(toolbox, candidates.order, view, transcript, usage, details)
-        except GradingFailed as exc:
-            _note_lessons(details, known, transcript)
-            transcript.event("failed", reason=str(exc), usage=usage.as_dict())
-            exc.details, exc.usage, exc.flags = details, usage.as_dict(), flags
-            exc.transcript = str(path) if path else None
-            raise
+            try:
+                submission = self._converse(view, toolbox, transcript, usage, details, flags, known)
+            except Exception as exc:  # noqa: BLE001 - every way out of a grading names its reason
+                failure = _failure(exc)
+                _note_lessons(details, known, transcript)
+                _quietly(transcript.event, "failed", reason=str(failure), usage=usage.as_dict())
         finally:
-            toolbox.close()
-            transcript.close()
+            written = _close(toolbox, transcript, details)
+        where = str(path) if path is not None and written else None
+        if failure is not None:
+            failure.details, failure.usage, failure.flags, failure.transcript = (
+                details,
+                usage.as_dict(),
+                flags,
+                where,
+            )
+            raise failure
         _note_lessons(details, known, transcript)
         signals = {tid: {"injection": hits} for tid, hits in flags.items()}
         for tid in view.gradable():
@@ -256,231 +181,62 @@ class LLMGrader:
             rationales=submission.reasons,
             signals=signals,
             usage=usage.as_dict(),
-            transcript=str(path) if path else None,
+            transcript=where,
             flags=flags,
             details={**details, "confidence": submission.confidence, "ranking_labels": submission.labels},
         )
 
-    # -- the loop ----------------------------------------------------------------------------------------
-
-    def _loop(
+    def _converse(
         self,
-        toolbox: Toolbox,
-        labels: list[str],
         view: GradingView,
+        toolbox: Toolbox,
         transcript: Transcript,
-        usage: _Usage,
+        usage: Usage,
         details: dict[str, Any],
+        flags: dict[str, list[str]],
+        known: list[Lesson],
     ) -> Submission:
-        """Turns until the model submits a valid ranking; a forced final turn is recorded in `details`
-        ("final_turn": its number and the budget that called for it). A request the server refuses for not
-        fitting the model's context is sent again as the final turn, its oldest turns left out
-        (`_shortened`).
-
-        Raises:
-            GradingFailed: a budget ran out first, or the endpoint failed (the reason says which).
-        """
-        budgets = self.config.budgets
-        began = time.monotonic()
-
-        def deadline() -> float:  # waits for shared slots are not the grading's time
-            return began + budgets.wall_seconds + usage.slot_wait + toolbox.waited
-
+        """The grading's transcript opening (start, what the endpoint learnt before, flags, the opening
+        messages), then the loop. Raises what the loop raises (GradingFailed with the reason)."""
+        candidates = toolbox.candidates
+        transcript.event(
+            "start",
+            group_id=view.group_id,
+            model=self.config.model,
+            seed=candidates.seed,
+            labels=candidates.members,
+            contrast=candidates.contrast,
+            tool_mode=self.config.tool_mode,
+        )
+        if known:  # what earlier gradings learnt of the server shapes this one's requests: say so too
+            transcript.event("endpoint", learnt=[lesson.as_dict() for lesson in known])
+        for tid, hits in flags.items():
+            transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
         native = self.config.tool_mode == "native"
-        messages = self._opening(toolbox, labels, view, native)
+        messages = self._opening(toolbox, candidates.order, view, native)
         for message in messages:
             transcript.event("message", role=message["role"], content=message["content"])
-        repairs = 0
-
-        def invalid_ranking(problem: str, call_id: str | None) -> None:
-            """Count a repair of an invalid (or missing) ranking; fail the grading once they run out."""
-            nonlocal repairs
-            repairs += 1
-            transcript.event("invalid_ranking", call_id=call_id, problem=problem, repair=repairs)
-            if repairs > budgets.repairs:
-                raise GradingFailed(f"no valid ranking after {budgets.repairs} repairs: {problem}") from None
-
-        silent = 0  # consecutive answers without a tool call
-        forcing = False
-        final: str | None = None  # why the submission is forced with submit_ranking alone, once it is
-        stalled: str | None = None  # UNANSWERED or REPEATED once the model stops making progress
-        # An answer without a tool call is answered in the next turn's user message (cut note, reminder),
-        # which an instruction to submit replaces: one user turn, as templates that alternate want.
-        pending: tuple[str, str] | None = None
-        answered: set[str] = set()  # the calls made so far (name and arguments)
-        slowest = 0.0  # the longest turn so far (request and tools), to tell when the wall budget is near
-        last_prompt = 0  # prompt tokens of the latest request: the least the next one costs
-        growth = 0  # what the latest turn added to the prompt: about what the next one adds
-        turn_began: float | None = None
-        for turn in range(1, budgets.turns + 1):
-            now = time.monotonic()
-            if turn_began is not None:
-                slowest = max(slowest, now - turn_began)
-            turn_began = now
-            why = (
-                final
-                or stalled
-                or self._last_turn(turn, usage, last_prompt, growth, deadline() - now, slowest)
-            )
-            asked_at = len(messages)  # where this turn's user message goes, if it has one
-            if final is None and why is not None:
-                # The last turn the budgets leave: submit_ranking alone is offered, and required (a server
-                # that refuses "required" is sent it named instead), so the grading ends in the model's own
-                # ranking, validated as ever, rather than on a budget.
-                final, forcing = why, True
-                details["final_turn"] = {"turn": turn, "why": why}
-                text = (pending[0] if pending else "") + FINAL.format(labels=", ".join(labels))
-                messages.append({"role": "user", "content": text})
-                transcript.event("message", role="user", content=text, forced="final", why=why)
-            elif not forcing and silent >= SILENT_TURNS_BEFORE_FORCING:
-                # Force a tool call: `required` (what llama.cpp, vLLM and OpenAI all take; in structured
-                # text mode, a schema of submit_ranking alone) plus an appended instruction; the tool list
-                # stays as it was, so the history stays append-only.
-                forcing = True
-                text = (pending[0] if pending else "") + FORCE
-                messages.append({"role": "user", "content": text})
-                transcript.event("message", role="user", content=text, forced=True)
-            elif pending:
-                messages.append({"role": "user", "content": pending[0] + pending[1]})
-                transcript.event("message", role="user", content=pending[0] + pending[1])
-            pending = None
-            if usage.total_tokens >= budgets.tokens:
-                raise GradingFailed(f"token budget exhausted ({usage.total_tokens:,} >= {budgets.tokens:,})")
-            if usage.tool_output_chars >= budgets.tool_output_chars:
-                raise GradingFailed(f"tool output budget exhausted ({usage.tool_output_chars:,} characters)")
-            choice = "required" if forcing else "auto"
-            prompt_before = usage.prompt_tokens
-            only = final is not None
-            limit = self._max_tokens(usage)
-            while True:
-                try:
-                    reply = self._complete(
-                        messages, toolbox, native, deadline(), transcript, usage, limit, choice, only
-                    )
-                    break
-                except ContextOverflow as overflow:
-                    # The final turn, on what still fits: submit_ranking alone, on the opening and the most
-                    # recent turns (the model can still rank on what it saw last rather than fail the group).
-                    messages = self._shortened(messages, asked_at, overflow, labels, transcript)
-                    asked_at = len(messages) - 1
-                    if final is None:
-                        final, forcing, choice, only = CONTEXT, True, "required", True
-                        details["final_turn"] = {"turn": turn, "why": CONTEXT}
-            growth = max(0, usage.prompt_tokens - prompt_before - last_prompt)
-            last_prompt = usage.prompt_tokens - prompt_before
-            calls = self._calls(reply, native, toolbox.markers)
-            # Results of calls written as text (a response_format in native mode) go back as user turns: a
-            # tool message would answer a call the history does not have.
-            native_calls = native and bool(reply.tool_calls)
-            assistant: dict[str, Any] = {"role": "assistant", "content": reply.content or ""}
-            if native and reply.tool_calls:
-                assistant["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": _arguments_text(c.arguments)},
-                    }
-                    for c in reply.tool_calls
-                ]
-            messages.append(assistant)
-            transcript.event(
-                "message",
-                role="assistant",
-                turn=turn,
-                content=reply.content,
-                tool_calls=[{"id": cid, "name": n, "arguments": a} for cid, n, a in calls],
-            )
-            silent = 0 if calls else silent + 1
-            made = {_call_key(name, arguments) for _, name, arguments in calls}
-            if calls and final is None and made <= answered:
-                # Every call repeats one already answered: its results are in the history, and a model at
-                # temperature 0 that loops on them will not stop (Gemma 3 270M echoing its prompt on
-                # llama-server made the same seven calls each turn). What it can still do is submit.
-                stalled = REPEATED
-            answered |= made
-            # A cut reply: say so, so the model answers shorter rather than repeating itself.
-            cut = _cut_note(reply, limit)
-            cut_aside = f" ({cut.strip()})" if cut else ""
-            if not calls:
-                if final is not None:
-                    # The final turn offers nothing but the submission: a reply without it is a failed one,
-                    # and asking again is a repair like any invalid ranking (at temperature 0 a reply cut at
-                    # the turn limit comes back the same: Gemma 3 270M spent 20 turns so).
-                    invalid_ranking("no submit_ranking call in the final turn" + cut_aside, None)
-                if forcing:
-                    stalled = UNANSWERED
-                pending = (cut, FORCE if forcing else NUDGE)
-                continue
-            for call_id, name, arguments in calls:
-                usage.tool_calls += 1
-                started = time.monotonic()
-                if name == SUBMIT:
-                    try:
-                        submission = toolbox.submission(arguments)
-                    except ToolError as exc:
-                        invalid_ranking(str(exc), call_id)
-                        output = f"error: {exc}{cut_aside}"
-                        self._reply(messages, transcript, call_id, name, output, native_calls, started, True)
-                        continue
-                    transcript.event(
-                        "submitted",
-                        call_id=call_id,
-                        ranking=submission.labels,
-                        confidence=submission.confidence,
-                        usage=usage.as_dict(),
-                        final=final,
-                    )
-                    return submission
-                try:
-                    output, is_error = toolbox.call(name, arguments), False
-                except ToolError as exc:
-                    output, is_error = f"error: {exc}{cut_aside}", True
-                usage.tool_output_chars += len(output)
-                self._reply(messages, transcript, call_id, name, output, native_calls, started, is_error)
-            if time.monotonic() > deadline():
-                raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)")
-        raise GradingFailed(f"turn budget exhausted ({budgets.turns} turns) without a valid ranking")
-
-    @staticmethod
-    def _shortened(
-        messages: list[dict],
-        asked_at: int,
-        overflow: ContextOverflow,
-        labels: list[str],
-        transcript: Transcript,
-    ) -> list[dict]:
-        """The conversation as the final turn sends it after `overflow`: the opening (system prompt and task),
-        the later half of the turns before `asked_at` (each turn an assistant message and what answered it),
-        and a last user message that says what was left out and asks for the ranking. The transcript gets a
-        "left_out" event with the slices of `messages` dropped, so the conversation the model saw can be
-        rebuilt from it (`grader.distill.sft`).
-
-        Raises:
-            GradingFailed: nothing is left to leave out (the overflow's reason).
-        """
-        opening = 2
-        starts = [i for i in range(opening, asked_at) if messages[i]["role"] == "assistant"]
-        if asked_at > opening and (not starts or starts[0] != opening):
-            starts.insert(0, opening)  # a user message before the first reply (an earlier final turn's)
-        if not starts:
-            raise GradingFailed(str(overflow))
-        kept_from = starts[(len(starts) + 1) // 2] if len(starts) > 1 else asked_at
-        slices = [[opening, kept_from], [asked_at, len(messages)]]
-        slices = [s for s in slices if s[1] > s[0]]
-        dropped = kept_from - opening
-        transcript.event(
-            "left_out",
-            slices=slices,
-            reason=str(overflow),
-            context_tokens=overflow.limit,
-            prompt_tokens=overflow.prompt_tokens,
-        )
-        text = LEFT_OUT.format(count=dropped) + FINAL.format(labels=", ".join(labels))
-        shortened = messages[:opening] + messages[kept_from:asked_at] + [{"role": "user", "content": text}]
-        transcript.event("message", role="user", content=text, forced="final", why=CONTEXT)
-        return shortened
+        state = LoopState(messages, candidates.order, usage, details, began=time.monotonic())
+        return AgentLoop(self.config, self.endpoint, toolbox, transcript, state).run()
 
     def _opening(self, toolbox: Toolbox, labels: list[str], view: GradingView, native: bool) -> list[dict]:
+        """The conversation's first two messages, built here alone: the system prompt (the claim that every
+        candidate passes replaced under `candidates_may_fail`; the tools described in text mode) and the
+        task (statement as data, labels, contrast, tools, and what `run`'s sandbox holds, said before any
+        `run`: `runs.describe_environment`).
+
+        Args:
+            toolbox: the grading's tools (names, specs, labels, markers).
+            labels: the candidate labels in the order shown.
+            view: the group's view (its task statement).
+            native: native function calling (else the tools are described in the system prompt).
+
+        Returns:
+            [system message, user message].
+
+        Raises:
+            ValueError: the task prompt (a `--prompts` override) names a field the grader does not fill.
+        """
         system = self.prompts.system
         if self.config.candidates_may_fail:
             system = candidates_may_fail(system)
@@ -496,143 +252,23 @@ class LLMGrader:
                 f"Failing trajectories shown for contrast (not to be ranked): "
                 f"{', '.join(toolbox.candidates.contrast)}\n"
             )
-        task = self.prompts.task.format(
-            statement=wrap(view.task.statement or "(no statement given)", toolbox.markers),
-            labels=", ".join(labels),
-            contrast=contrast,
-            tools=", ".join(toolbox.names()),
-        )
-        return [{"role": "system", "content": system}, {"role": "user", "content": task}]
-
-    @staticmethod
-    def _calls(reply: Reply, native: bool, markers: Markers) -> list[tuple[str, str, Any]]:
-        if native and reply.tool_calls:
-            return [(c.id, c.name, c.arguments) for c in reply.tool_calls]
-        parsed = _text_tool_call(reply.content)
-        if parsed is not None:
-            return [(f"text-{markers()[:6]}", parsed[0], parsed[1])]
-        return []
-
-    @staticmethod
-    def _reply(
-        messages: list[dict],
-        transcript: Transcript,
-        call_id: str,
-        name: str,
-        output: str,
-        native: bool,
-        started: float,
-        is_error: bool,
-    ) -> None:
-        if native:
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
-        else:
-            messages.append({"role": "user", "content": f"Result of {name}:\n{output}"})
-        transcript.event(
-            "tool_result",
-            call_id=call_id,
-            name=name,
-            content=output,
-            error=is_error,
-            seconds=round(time.monotonic() - started, 4),
-        )
-
-    def _complete(
-        self,
-        messages: list[dict],
-        toolbox: Toolbox,
-        native: bool,
-        deadline: float,
-        transcript: Transcript,
-        usage: _Usage,
-        max_tokens: int,
-        tool_choice: str = "auto",
-        only_submit: bool = False,
-    ) -> Reply:
-        """The model's reply to the conversation, its usage counted (estimated where the server reported
-        none, so the token budget still binds). `max_tokens`: what the reply may generate. `only_submit`:
-        submit_ranking is the one tool offered, under `tool_choice` "required", and the one call a
-        `response_format` admits (in any mode): llama-server reads "required" as a call at the end of the
-        reply, after any text, so a base model that echoes its prompt never reaches it, while a
-        `response_format` holds the reply to the JSON call from its first token (a text call, which the loop
-        parses in native mode too).
-
-        Raises:
-            GradingFailed: the wall budget ran out, or the endpoint gave no reply (the reason says which).
-            ContextOverflow: the conversation does not fit the model's context.
-        """
-        budgets = self.config.budgets
-        if deadline - time.monotonic() <= 0:
-            raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)")
-        structured = not native and self.config.structured
-        started = time.monotonic()
+        backend = self.config.sandbox if "run" in toolbox.specs else None
+        fields = {
+            "statement": wrap(view.task.statement or "(no statement given)", toolbox.markers),
+            "labels": ", ".join(labels),
+            "contrast": contrast,
+            "tools": ", ".join(toolbox.names()),
+            "environment": describe_environment(view.task, backend),
+        }
         try:
-            # Explicit tool_choice: OpenAI reads a missing one as "auto", llama.cpp's Python server as "none".
-            tools = toolbox.final_schemas() if only_submit else toolbox.schemas()
-            reply = self.endpoint.complete(
-                messages,
-                tools=tools if native else None,
-                tool_choice=tool_choice if native else None,
-                response_format=_reply_format(toolbox, only_submit or tool_choice == "required", only_submit)
-                if structured or only_submit
-                else None,
-                max_tokens=max_tokens,
-                deadline=deadline,
-                traffic=usage,
-                note=transcript.event,
-                slot=toolbox.view.resources.llm,
-            )
-        except DeadlinePassed:
-            raise GradingFailed(f"wall-time budget exhausted ({budgets.wall_seconds:g}s)") from None
-        except ContextOverflow:
-            raise  # the loop shortens the conversation
-        except EndpointFailed as exc:
-            raise GradingFailed(str(exc)) from None
-        reported = reply.usage
-        if reported is not None:
-            usage.prompt_tokens += reported.get("prompt_tokens") or 0
-            usage.completion_tokens += reported.get("completion_tokens") or 0
-            usage.cached_prompt_tokens += reply.cached_tokens
-        else:  # some servers omit usage: estimate, so the token budget still binds
-            usage.prompt_tokens += len(json.dumps(messages)) // 4
-            written = (reply.content or "") + "".join(
-                c.name + _arguments_text(c.arguments) for c in reply.tool_calls
-            )
-            usage.completion_tokens += len(written) // 4
-        transcript.event(
-            "response",
-            seconds=round(time.monotonic() - started, 4),
-            finish_reason=reply.finish_reason,
-            usage=reported,
-        )
-        return reply
-
-    # -- helpers -----------------------------------------------------------------------------------------
-
-    def _last_turn(
-        self, turn: int, usage: _Usage, last_prompt: int, growth: int, seconds_left: float, slowest: float
-    ) -> str | None:
-        """Which budget makes this turn the last one that surely fits, if one does: the turns; the tokens
-        (another turn costs at least the conversation again plus a reply); the model's context, once an
-        overflow on this endpoint named it (two more turns like the last one and a reply would not fit);
-        the wall time (less than two of the slowest turns so far left)."""
-        budgets = self.config.budgets
-        if turn >= budgets.turns:
-            return "turn budget"
-        if budgets.tokens - usage.total_tokens < 2 * (last_prompt + budgets.max_output_tokens):
-            return "token budget"
-        context = self.endpoint.context_tokens
-        if context is not None and last_prompt + 2 * growth + budgets.max_output_tokens > context:
-            return CONTEXT
-        if slowest > 0 and seconds_left < 2 * slowest:
-            return "wall-time budget"
-        return None
-
-    def _max_tokens(self, usage: _Usage) -> int:
-        """Tokens one turn may generate: the per-turn cap, and never past what the token budget has left, so
-        a request the loop abandons cannot keep a server generating for long."""
-        left = self.config.budgets.tokens - usage.total_tokens
-        return max(1, min(self.config.budgets.max_output_tokens, left))
+            task = self.prompts.task.format(**fields)
+        except (KeyError, IndexError, ValueError) as exc:
+            known = ", ".join(f"{{{name}}}" for name in fields)
+            raise ValueError(
+                f"the prompt file task.md cannot be filled in ({type(exc).__name__}: {exc}): it may name "
+                f"{known}, and a literal brace is written twice"
+            ) from None
+        return [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
     def fingerprint(self) -> str:
         """What changes this grader's grades: model, prompts, tools mode, sampling, budgets, sandbox."""
@@ -672,9 +308,10 @@ class LLMGrader:
             from grader.sandbox import Limits
             from grader.sandbox.environments import open_task_sandbox
 
-            # The container outlives the grading's wall budget by one run at most, then ends by itself.
+            # The container outlives the grading's budgets by one run at most, then ends by itself.
+            budgets = self.config.budgets
             slack = MAX_RUN_TIMEOUT + Limits().command_bound
-            limits = Limits(lifetime=self.config.budgets.wall_seconds + slack)
+            limits = Limits(lifetime=budgets.wall_seconds + budgets.sandbox_seconds + slack)
             # A failed environment build surfaces as `run is unavailable: <reason>`.
             return open_task_sandbox(view, backend, limits)
 
@@ -686,15 +323,30 @@ __all__ = ["Budgets", "LLMConfig", "LLMGrader"]
 
 ALL_PASS_CLAIM = re.compile(r"Every\s+candidate\s+below\s+already\s+passes\s+the\s+task's\s+tests\.")
 """The shipped system prompt's claim (prompts/system.md), across its line breaks."""
+PASSING_IS_NECESSARY = re.compile(r"Passing\s+tests\s+is\s+necessary,\s+not\s+sufficient:")
+"""The shipped system prompt's first criterion, which takes passing as given."""
 MAY_FAIL = (
-    "Some candidates below may not fix the task: they were not all checked against its tests. A candidate "
-    "that does not solve the task as stated ranks below every one that does."
+    "Whether each candidate passes the task's tests is not known: some may not fix the task, and some may "
+    "break tests that passed before the change. A candidate that does not solve the task as stated ranks "
+    "below every one that does; where `run` is offered, `run` with the command `tests` runs the task's tests."
 )
+PASSING_NOT_KNOWN = "Passing the tests (not known here: check it) is necessary, not sufficient:"
 
 
 def candidates_may_fail(system: str) -> str:
-    """The system prompt without its claim that every candidate passes the tests, saying instead that some
-    may not fix the task (the note is appended when a custom prompt words the claim otherwise)."""
+    """The system prompt as it is for candidates whose test results are not known (a verification benchmark
+    marks resolved and unresolved patches alike as passing): its claim that every candidate passes replaced
+    by what is known (`MAY_FAIL`, appended when a custom prompt words the claim otherwise), and its first
+    criterion no longer taking passing as given.
+
+    Args:
+        system: the system prompt.
+
+    Returns:
+        The prompt, changed.
+    """
     if ALL_PASS_CLAIM.search(system):
-        return ALL_PASS_CLAIM.sub(MAY_FAIL, system, count=1)
-    return system + "\n\n" + MAY_FAIL
+        system = ALL_PASS_CLAIM.sub(MAY_FAIL, system, count=1)
+    else:
+        system += "\n\n" + MAY_FAIL
+    return PASSING_IS_NECESSARY.sub(PASSING_NOT_KNOWN, system, count=1)

@@ -19,7 +19,13 @@ class Budgets:
     tool_output_chars: int = field(default=300_000, metadata={"cli": "--max-tool-output-chars"})
     """Characters of tool output sent to the model over the whole grading."""
     wall_seconds: float = field(default=900.0, metadata={"cli": "--max-seconds"})
-    """Wall time of one grading, not counting waits for an LLM or sandbox slot."""
+    """Wall time of one grading on the model's side: not counting waits for an LLM or sandbox slot, the
+    building of the task's environment, nor the time `run`'s commands take (--max-sandbox-seconds)."""
+    sandbox_seconds: float = field(default=1800.0, metadata={"cli": "--max-sandbox-seconds"})
+    """Wall time `run`'s commands may take over one grading (each target's setup included, the building of
+    the task's environment not). A run's per-target timeout is cut so that it ends within what is left;
+    once it is spent, `run` says so and the other tools still work. The default holds 3 runs of a task's
+    tests on a benchmark group (12 targets of 100 s, two at a time) and the probes between them."""
     repairs: int = field(default=2, metadata={"cli": "--max-repairs"})
     """Invalid rankings sent back to the model for repair before the grading fails."""
     request_timeout: float = 300.0

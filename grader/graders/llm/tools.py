@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import random
 import re
 import secrets
@@ -22,18 +23,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.errors import ToolError
+from grader.graders.llm.arguments import parse_arguments, tiers_as_ranking, tool_errors
 from grader.graders.llm.budgets import Budgets
+from grader.graders.llm.runs import (
+    describe_sandbox,
+    render_targets,
+    run_timeout,
+    same_failure,
+    split_budget,
+)
 from grader.ranking.order import InvalidRanking, validate_ranking
 from grader.sandbox.base import Sandbox, SandboxError
-from grader.sandbox.output import cap_lines, cap_text
+from grader.sandbox.output import cap_lines
 from grader.workspace.hunks import split_lines
 from grader.workspace.injections import find_injections
 from grader.workspace.view import BASE, GradingView
 
 DEFAULT_OUTPUT_CHARS = 12_000
 DEFAULT_PAGE_CHARS = 8_000
-DEFAULT_RUN_TIMEOUT = 60.0
-MAX_RUN_TIMEOUT = 600.0  # as prompts/tools.json says; the sandbox's lifetime leaves room for one such run
 SUBMIT = "submit_ranking"
 FINAL_REASON_CHARS = (20, 200)
 """The shortest and longest bound on each label's reason in the final turn's submit_ranking (one sentence)."""
@@ -55,13 +62,6 @@ VENDORED_DIRS = frozenset(
 )
 """Directory names whose trees `search` leaves out by default: copies of other projects' code, whose hits
 crowd out the repository's own (as prompts/tools.json says)."""
-# Which Python a target's `python3` and `python` are: one line each, "<name> <path> <version> <venv 0|1>"
-# ("<name>" alone when there is none). Python 2 reads the code too: `python` may be one.
-_INTERPRETER_PROBE = (
-    'for name in python3 python; do path=$(command -v "$name") || { echo "$name"; continue; }; '
-    'echo "$name $path $("$path" -c \'import sys; sys.stdout.write("%s %d" % (sys.version.split()[0], '
-    'sys.prefix != getattr(sys, "base_prefix", sys.prefix)))\' 2>/dev/null)"; done'
-)
 
 
 def compact_diff(text: str) -> str:
@@ -218,82 +218,6 @@ def assign_labels(view: GradingView, seed: int, show_failing: bool = False) -> C
     return Candidates(order=list(members), members=members, contrast=contrast, seed=seed)
 
 
-def _check_type(value: Any, schema: dict[str, Any], where: str) -> None:
-    kind = schema.get("type")
-    checks: dict[str, Callable[[Any], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "array": lambda v: isinstance(v, list),
-        "object": lambda v: isinstance(v, dict),
-        "boolean": lambda v: isinstance(v, bool),
-    }
-    if kind in checks and not checks[kind](value):
-        raise ToolError(f"{where} must be of type {kind}, got {json.dumps(value)[:80]}")
-    if kind in ("integer", "number"):
-        if "minimum" in schema and value < schema["minimum"]:
-            raise ToolError(f"{where} must be >= {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            raise ToolError(f"{where} must be <= {schema['maximum']}")
-    if kind == "array" and "items" in schema:
-        for i, item in enumerate(value):
-            _check_type(item, schema["items"], f"{where}[{i}]")
-    if kind == "object":
-        properties = schema.get("properties", {})
-        for name in schema.get("required", []):
-            if name not in value:
-                raise ToolError(f"missing required argument {name!r}")
-        for name, item in value.items():
-            if name in properties:
-                _check_type(item, properties[name], f"{where}.{name}" if where != "arguments" else name)
-            elif schema.get("additionalProperties") is False:
-                raise ToolError(f"unknown argument {name!r}; allowed: {', '.join(properties) or 'none'}")
-            elif isinstance(schema.get("additionalProperties"), dict):
-                _check_type(item, schema["additionalProperties"], f"{where}.{name}")
-
-
-def parse_arguments(raw: str | dict[str, Any] | None, schema: dict[str, Any]) -> dict[str, Any]:
-    """Decode and check a tool call's arguments against its JSON schema; ToolError says what is wrong."""
-    if isinstance(raw, dict):
-        arguments = raw
-    else:
-        try:
-            arguments = json.loads(raw or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
-    if not isinstance(arguments, dict):
-        raise ToolError("arguments must be a JSON object")
-    _check_type(arguments, schema, "arguments")
-    return arguments
-
-
-def _tiers_as_ranking(raw: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
-    """A submission's `tiers` ({label: tie-group number}) as the `ranking` it stands for (tie groups in order
-    of their numbers, labels in the order given); any other submission unchanged. ToolError for numbers
-    that are not integers from 1."""
-    arguments = raw
-    if isinstance(raw, str):
-        try:
-            arguments = json.loads(raw or "{}")
-        except json.JSONDecodeError:
-            return raw  # parse_arguments names the problem
-    if (
-        not isinstance(arguments, dict)
-        or "ranking" in arguments
-        or not isinstance(arguments.get("tiers"), dict)
-    ):
-        return raw
-    tiers: dict[str, Any] = arguments["tiers"]
-    wrong = [label for label, n in tiers.items() if not isinstance(n, int) or isinstance(n, bool) or n < 1]
-    if wrong:
-        raise ToolError(f"tiers must map each label to a tie-group number from 1: not {', '.join(wrong)}")
-    groups: dict[int, list[str]] = {}
-    for label, n in tiers.items():
-        groups.setdefault(n, []).append(label)
-    rest = {k: v for k, v in arguments.items() if k != "tiers"}
-    return {"ranking": [groups[n] for n in sorted(groups)], **rest}
-
-
 @dataclass
 class Submission:
     """A validated ranking, in trajectory ids, with the grader's reasons and confidence."""
@@ -318,6 +242,7 @@ class Toolbox:
         sandbox_slots: threading.Semaphore | None = None,
         markers: Callable[[], str] | None = None,
         reply_tokens: int = Budgets.max_output_tokens,
+        sandbox_budget: float = Budgets.sandbox_seconds,
     ) -> None:
         self.view = view
         self.reply_tokens = reply_tokens  # what one reply may hold: the final call is bounded to fit it
@@ -331,6 +256,9 @@ class Toolbox:
         # A sandbox is a container (or a local sandbox): hold one of the process's slots while it is open.
         self._sandbox_slots = sandbox_slots if sandbox_slots is not None else view.resources.sandbox
         self.waited = 0.0  # seconds spent waiting for a slot: not the grading's time, so not its budget's
+        self.environment_seconds = 0.0  # opening the sandbox (building the task's environment): no budget's
+        self.sandbox_seconds = 0.0  # in `run`'s commands: their own budget's, `sandbox_budget`
+        self.sandbox_budget = sandbox_budget
         self._sandbox: Sandbox | None = None
         self._sandbox_error: str | None = None
         self._sandbox_described = False  # the first run that reaches the sandbox says what it runs on
@@ -350,14 +278,21 @@ class Toolbox:
         return list(self.specs)
 
     def call(self, name: str, raw_arguments: str | dict[str, Any] | None) -> str:
-        """Run one tool and return its text for the model. Raises ToolError for a call the model got wrong."""
+        """Run one tool and return its text for the model.
+
+        Raises:
+            ToolError: the call the model got wrong, or anything else the tool raised on its arguments (a
+                value git or the sandbox refuses, say), named: the model is told, as of any bad call, and
+                the grading goes on.
+        """
         if name not in self.specs:
             raise ToolError(f"unknown tool {name!r}; tools: {', '.join(self.specs)}")
-        arguments = parse_arguments(raw_arguments, self.specs[name]["parameters"])
-        if name == SUBMIT:
-            raise ToolError("submit_ranking is handled by the grader loop")  # never reached from the loop
-        handler = getattr(self, f"_tool_{name}")
-        return handler(**arguments)
+        with tool_errors(name):
+            arguments = parse_arguments(raw_arguments, self.specs[name]["parameters"])
+            if name == SUBMIT:
+                raise ToolError("submit_ranking is handled by the grader loop")  # never reached from the loop
+            handler = getattr(self, f"_tool_{name}")
+            return handler(**arguments)
 
     def final_schemas(self) -> list[dict[str, Any]]:
         """submit_ranking alone, as the final turn offers it: the ranking as `tiers`, an object with one
@@ -402,8 +337,13 @@ class Toolbox:
 
     def submission(self, raw_arguments: str | dict[str, Any] | None) -> Submission:
         """Check a submit_ranking call (its ranking as `ranking`, tie groups, or as `tiers`, a tie-group
-        number per label: `final_schemas`); ToolError names unknown, missing or duplicated labels."""
-        raw_arguments = _tiers_as_ranking(raw_arguments)
+        number per label: `final_schemas`); ToolError names unknown, missing or duplicated labels, and
+        anything else its arguments break (as `call`)."""
+        with tool_errors(SUBMIT):
+            return self._submission(raw_arguments)
+
+    def _submission(self, raw_arguments: str | dict[str, Any] | None) -> Submission:
+        raw_arguments = tiers_as_ranking(raw_arguments)
         arguments = parse_arguments(raw_arguments, self.specs[SUBMIT]["parameters"])
         try:
             labels = validate_ranking(arguments["ranking"], self.candidates.order)
@@ -462,8 +402,11 @@ class Toolbox:
         pages = paginate(text, self.page_chars)
         if page > len(pages):
             raise ToolError(f"page {page} does not exist; the diff has {len(pages)} page(s)")
-        note = f"page {page} of {len(pages)}\n" if len(pages) > 1 else ""
-        return note + self._wrap(pages[page - 1] or "(no differences)")
+        # Each result names what it is about: a result answers its call by id only, and a reviewer matched
+        # diffs to the wrong labels.
+        about = f"diff of {candidate} against {against}" + (f", {path}" if path else "")
+        note = f", page {page} of {len(pages)}" if len(pages) > 1 else ""
+        return f"{about}{note}\n" + self._wrap(pages[page - 1] or "(no differences)")
 
     def _tool_read_file(
         self, target: str, path: str, start_line: int = 1, end_line: int | None = None
@@ -478,7 +421,7 @@ class Toolbox:
         if start_line > max(1, len(lines)):
             raise ToolError(f"{path} has {len(lines)} lines")
         numbered = "\n".join(f"{n:>5}  {lines[n - 1]}" for n in range(start_line, end + 1))
-        return f"{path} lines {start_line}-{end} of {len(lines)}\n" + self._wrap(
+        return f"{target}: {path} lines {start_line}-{end} of {len(lines)}\n" + self._wrap(
             cap_lines(numbered, self.output_chars, first_line=start_line)
         )
 
@@ -498,46 +441,49 @@ class Toolbox:
             if left_out
             else ""
         )
-        return f"{len(hits)} matching line(s){note}\n" + self._wrap(
+        return f"{target}: {len(hits)} matching line(s){note}\n" + self._wrap(
             cap_lines("\n".join(hits) or "(no match)", self.output_chars)
         )
 
-    def _tool_run(
-        self, command: str, targets: list[str] | None = None, timeout: float = DEFAULT_RUN_TIMEOUT
-    ) -> str:
-        timeout = min(float(timeout), MAX_RUN_TIMEOUT)
+    def _tool_run(self, command: str, targets: list[str] | None = None, timeout: float | None = None) -> str:
+        left = self.sandbox_budget - self.sandbox_seconds
+        if left < 1:
+            raise ToolError(
+                f"run is unavailable: the sandbox-time budget ({self.sandbox_budget:g}s, "
+                f"--max-sandbox-seconds) is spent; the other tools still work"
+            )
         labels = targets or [BASE, *self.candidates.order]
         contrast = [label for label in labels if label in self.candidates.contrast]
         if contrast:
             raise ToolError(f"failing trajectories cannot be run: {', '.join(contrast)}")
         ids = {label: self._target(label) for label in labels}
         sandbox = self._open_sandbox()
+        tests = command.strip() == "tests"
+        at_once = len(ids) if sandbox.parallel_commands else 1
+        each = run_timeout(timeout, tests, left, len(ids), at_once)
+        started = time.monotonic()
         try:
-            if command.strip() == "tests":
+            if tests:
                 if not sandbox.test_command:
                     raise ToolError("this task has no test command; give a shell command")
                 command = sandbox.test_command
-            results = sandbox.exec_many(list(ids.values()), command, timeout=timeout)
+            results = sandbox.exec_many(list(ids.values()), command, timeout=each)
+            blocks = [f"[environment: {sandbox.environment_note}]"] if sandbox.environment_note else []
+            if not self._sandbox_described:
+                self._sandbox_described = True
+                blocks.append(f"[sandbox, said once: {describe_sandbox(sandbox, next(iter(ids.values())))}]")
         except SandboxError as exc:
             raise ToolError(f"run failed: {exc}") from None
-        blocks = [f"[environment: {sandbox.environment_note}]"] if sandbox.environment_note else []
-        if not self._sandbox_described:
-            self._sandbox_described = True
-            blocks.append(f"[sandbox, said once: {describe_sandbox(sandbox, next(iter(ids.values())))}]")
+        finally:
+            self.sandbox_seconds += time.monotonic() - started
         same = same_failure([results[tid] for tid in ids.values()])
         if same:
             return "\n".join([*blocks, f"== all targets ({', '.join(labels)}): {same}"])
-        per_target = max(1000, self.output_chars // max(1, len(labels)))
-        for label, tid in ids.items():
-            r = results[tid]
-            status = "TIMED OUT" if r.timed_out else f"exit {r.exit_code}"
-            out_chars, err_chars = split_budget(len(r.stdout), len(r.stderr), per_target)
-            body = f"stdout:\n{cap_lines(r.stdout, out_chars)}\nstderr:\n{cap_lines(r.stderr, err_chars)}"
-            header = f"== {label}: {status}, {r.seconds:.1f}s"
-            if r.truncated:  # the sandbox kept the head and tail bytes of a stream: lines number what it kept
-                header += " (over the sandbox's output cap: its middle was dropped)"
-            blocks.append(f"{header}\n" + self._wrap(body))
-        return "\n".join(blocks)
+        cut = ""
+        if each < run_timeout(timeout, tests, math.inf, 1, 1):  # what the budget did not cut
+            cut = f" at {each:.0f}s, all the sandbox-time budget left for this run allowed"
+        by_label = {label: results[tid] for label, tid in ids.items()}
+        return "\n".join(blocks + render_targets(by_label, self.output_chars, self._wrap, cut))
 
     def _open_sandbox(self) -> Sandbox:
         if self._sandbox is None:
@@ -546,12 +492,15 @@ class Toolbox:
             started = time.monotonic()
             self._sandbox_slots.acquire()
             self.waited += time.monotonic() - started
+            started = time.monotonic()
             try:
                 self._sandbox = self._sandbox_opener()
             except Exception as exc:  # any backend failure leaves the other tools working
                 self._sandbox_slots.release()
                 self._sandbox_error = f"{type(exc).__name__}: {exc}"
                 raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
+            finally:
+                self.environment_seconds += time.monotonic() - started
         return self._sandbox
 
 
@@ -595,91 +544,6 @@ def _hit_path(hit: str) -> str:
     return match.group(1) if match else hit
 
 
-def split_budget(stdout_chars: int, stderr_chars: int, total: int) -> tuple[int, int]:
-    """How many characters of a target's `total` each stream may show: a stream shorter than half leaves
-    the rest to the other, so an empty stderr does not halve what stdout can show.
-
-    Args:
-        stdout_chars, stderr_chars: each stream's length.
-        total: the characters the target may show.
-
-    Returns:
-        (stdout's share, stderr's share), each at least 1.
-    """
-    half = total // 2
-    if stderr_chars <= half:
-        return max(1, total - stderr_chars), max(1, stderr_chars)
-    if stdout_chars <= half:
-        return max(1, stdout_chars), max(1, total - stdout_chars)
-    return max(1, half), max(1, total - half)
-
-
-def describe_sandbox(sandbox: Sandbox, target: str) -> str:
-    """What a sandbox runs commands with, in one line: its `python3` and `python` (version, path, whether a
-    venv), its image or backend, and the setup each target runs first. Probes `target` once (its setup has
-    run by then, so the probe costs one command).
-
-    Args:
-        sandbox: the open sandbox.
-        target: a target that has already run a command.
-
-    Returns:
-        E.g. "python3 is Python 3.11.2 (/opt/gagar-env/bin/python3, a venv); python is ...; image
-        gagar/env:x; each target ran `pip install -e .` first". A probe that fails is named, not raised.
-    """
-    try:
-        probe = sandbox.exec(target, _INTERPRETER_PROBE, timeout=30)
-        found = probe.stdout.splitlines() if probe.exit_code == 0 else []
-        problem = "" if found else f"exit {probe.exit_code}: {cap_text(probe.stderr.strip(), 200)}"
-    except SandboxError as exc:
-        found, problem = [], str(exc)
-    parts = []
-    for line in found:
-        fields = line.split()
-        if len(fields) == 4:
-            name, path, version, venv = fields
-            parts.append(f"{name} is Python {version} ({path}{', a venv' if venv == '1' else ''})")
-        elif fields:
-            parts.append(
-                f"{fields[0]} is not installed" if len(fields) == 1 else f"{fields[0]} is {fields[1]}"
-            )
-    if not parts:
-        parts.append(f"the interpreter probe failed ({problem})")
-    image = getattr(sandbox, "image", None)  # only image-based backends have one
-    parts.append(f"image {image}" if image else f"{sandbox.backend} backend, no image")
-    if sandbox.setup:
-        parts.append(f"each target ran `{cap_text(sandbox.setup, 200)}` before its first command")
-    return "; ".join(parts)
-
-
-def same_failure(results: list[Any]) -> str:
-    """One line when every target failed the same way before the probe could mean anything, else "".
-
-    That is: the same non-zero exit and the same last error line, an import or syntax error or a missing
-    command (the tree does not import, or the environment lacks the tool), on every target.
-
-    Args:
-        results: the `ExecResult` of each target.
-
-    Returns:
-        E.g. "exit 1, ModuleNotFoundError: No module named 'numpy'" or "".
-    """
-    if len(results) < 2:
-        return ""
-    lasts = set()
-    for r in results:
-        lines = [line.strip() for line in (r.stderr or r.stdout).splitlines() if line.strip()]
-        if r.exit_code == 0 or r.timed_out or not lines:
-            return ""
-        lasts.add((r.exit_code, lines[-1]))
-    if len(lasts) != 1:
-        return ""
-    code, last = lasts.pop()
-    if not re.search(r"(ImportError|ModuleNotFoundError|SyntaxError)\b|command not found|not found$", last):
-        return ""
-    return f"exit {code}, {cap_text(last, 300)} (same on every target: the tree or environment, not a patch)"
-
-
 def injections_by_trajectory(view: GradingView) -> dict[str, list[str]]:
     """Injection attempts in each gradable trajectory's patch (its added lines, as submitted)."""
     found = {}
@@ -702,6 +566,7 @@ __all__ = [
     "injections_by_trajectory",
     "offered_tools",
     "parse_arguments",
+    "split_budget",
     "tool_schemas",
     "wrap",
 ]
