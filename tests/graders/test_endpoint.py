@@ -214,6 +214,19 @@ def test_a_request_lost_twice_on_stale_connections_counts_as_an_attempt() -> Non
     assert events == ["resent", "retry"] and traffic.retries == 1 and traffic.requests == 2
 
 
+def test_the_sdk_conventions_name_the_server_and_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a base URL or a key, `OPENAI_BASE_URL` and `OPENAI_API_KEY` say them, as for any OpenAI
+    client; without the key either, "EMPTY" is sent (servers that need none accept any)."""
+    with ScriptedServer(lambda request, n: text("hi")) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+        reply = Endpoint("scripted").complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+        monkeypatch.delenv("OPENAI_API_KEY")
+        Endpoint("scripted", server.url).complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+    assert reply.content == "hi"
+    assert server.authorizations == ["Bearer sk-from-the-environment", "Bearer EMPTY"]
+
+
 def test_a_server_that_is_down_is_retried_with_backoff_and_named() -> None:
     with ScriptedServer(lambda request, n: text("hi")) as gone:
         url = gone.url
