@@ -159,7 +159,7 @@ class Endpoint:
             response_format: a structured output constraint (None: not sent; left out once refused).
             max_tokens: tokens the reply may have.
             deadline: `time.monotonic()` by which the reply must be complete; waiting for `slot` moves it.
-                It bounds each request as a whole (however slowly the server sends).
+                It bounds each request as a whole (however slowly the server sends), and every retry's wait.
             traffic: counts requests, retries and slot waits.
             note: records retries, resends and lessons (`Transcript.event`).
             slot: held while a request is in flight (a shared bound on requests).
@@ -168,7 +168,7 @@ class Endpoint:
             The reply (the first choice).
 
         Raises:
-            DeadlinePassed: the deadline passed first.
+            DeadlinePassed: the deadline passed first, or a retry's wait would have ended past it.
             ContextOverflow: the conversation does not fit the model's context.
             EndpointFailed: no reply, after retries where retrying could help.
             RuntimeError: the endpoint was closed.

@@ -1,11 +1,14 @@
 """How a call to the endpoint fails: the errors the agent loop sees (`EndpointFailed` and its kinds), and the
 failures of one exchange the endpoint retries or adapts to (`Failure` and its kinds), with what an error body
-says.
+or a `Retry-After` header says.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
+import math
+import time
 from typing import Any
 
 from grader.errors import GagarError
@@ -36,7 +39,7 @@ class ContextOverflow(EndpointFailed):
 
 class DeadlinePassed(EndpointFailed):
     """The call's deadline passed before a reply was complete (a request in flight is cut at its socket, so
-    the server stops)."""
+    the server stops), or a retry's wait would have ended past it."""
 
 
 class Failure(Exception):
@@ -47,11 +50,12 @@ class Failure(Exception):
 
 class StatusFailure(Failure):
     """The server answered with an error status (or an error event inside a stream, or an error body with
-    status 200)."""
+    status 200). `retry_after`: the seconds the server asked to wait before asking again, if it said."""
 
-    def __init__(self, status: int, message: str, body: Any = None) -> None:
+    def __init__(self, status: int, message: str, body: Any = None, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}" if message else f"HTTP {status}")
         self.status, self.message, self.body = status, message, body
+        self.retry_after = retry_after
         self.retryable = status in TRANSIENT or status >= 500
 
 
@@ -102,3 +106,30 @@ def error_in_body(body: dict[str, Any], fallback: str) -> StatusFailure:
     code = error.get("code") if isinstance(error, dict) else None
     status = code if isinstance(code, int) and 400 <= code < 600 else 500
     return StatusFailure(status, message_of(body, fallback), body)
+
+
+def retry_after(headers: Any) -> float | None:
+    """The wait a response's headers ask for before the next request, in seconds: `retry-after-ms`, else
+    `Retry-After` as seconds or as an HTTP date; None where neither is there or readable (a negative or
+    non-finite value is no answer)."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            seconds = float(milliseconds) / 1000
+        except ValueError:
+            seconds = math.nan
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - time.time()
+        return max(0.0, seconds)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None

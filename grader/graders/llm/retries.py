@@ -1,5 +1,7 @@
 """Retries of a request that failed for a passing reason, with tenacity, inside the call's deadline: the
-wait is exponential with jitter; no retry starts past the deadline.
+wait is exponential with jitter, or what the server's `Retry-After` asks (at most `MAX_RETRY_AFTER`); no wait
+starts past the deadline and none ends past it. A wait that would is not waited: the call fails at once,
+naming the deadline and the wait (the agent loop names its wall budget).
 """
 
 from __future__ import annotations
@@ -8,19 +10,54 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_any,
-    wait_exponential_jitter,
-)
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential_jitter
 
 from grader.graders.llm.budgets import Budgets
-from grader.graders.llm.failures import Failure
+from grader.graders.llm.failures import DeadlinePassed, Failure, StatusFailure
+
+MAX_RETRY_AFTER = 120.0
+"""The longest `Retry-After` honoured, in seconds (a server asking for more is asked again after this)."""
 
 Result = TypeVar("Result")
+
+
+class _Plan:
+    """The waits of one call's retries: computed once per attempt, so tenacity's stop (which runs before or
+    after its wait, by version) and wait agree."""
+
+    def __init__(self, budgets: Budgets, deadline: Callable[[], float]) -> None:
+        self.budgets = budgets
+        self.deadline = deadline
+        self.backoff = wait_exponential_jitter(
+            multiplier=budgets.retry_wait_initial, max=budgets.retry_wait_max
+        )
+        self.waits: dict[int, float] = {}
+        self.late: str | None = None
+        """Why the retries stopped short of their number: the wait would have ended past the deadline."""
+
+    def wait(self, state: RetryCallState) -> float:
+        if state.attempt_number not in self.waits:
+            error = state.outcome.exception() if state.outcome else None
+            asked = error.retry_after if isinstance(error, StatusFailure) else None
+            if asked is not None:
+                self.waits[state.attempt_number] = min(asked, MAX_RETRY_AFTER)
+            else:
+                self.waits[state.attempt_number] = self.backoff(state)
+        return self.waits[state.attempt_number]
+
+    def stop(self, state: RetryCallState) -> bool:
+        if state.attempt_number > self.budgets.retries:
+            return True
+        wait, left = self.wait(state), self.deadline() - time.monotonic()
+        if wait < left:
+            return False
+        error = state.outcome.exception() if state.outcome else None
+        asked = " the server asked for" if isinstance(error, StatusFailure) and error.retry_after else ""
+        self.late = (
+            f"the deadline leaves {max(0.0, left):.1f}s, less than the {wait:.1f}s wait{asked} before retry "
+            f"{state.attempt_number} (after: {error})"
+        )
+        return True
 
 
 def retried(
@@ -30,7 +67,7 @@ def retried(
     note_retry: Callable[[int, BaseException | None, float | None], Any],
 ) -> Result:
     """`attempt()`, retried while it raises a retryable `Failure`, as `budgets` allow (`retries`,
-    `retry_wait_initial`, `retry_wait_max`) and before the deadline.
+    `retry_wait_initial`, `retry_wait_max`) and the deadline leaves time for.
 
     Args:
         attempt: one attempt.
@@ -42,8 +79,10 @@ def retried(
         What an attempt returned.
 
     Raises:
+        DeadlinePassed: a wait before the next retry would end past the deadline (the reason names both).
         Failure: the last attempt's failure (not retryable, or the retries ran out).
     """
+    plan = _Plan(budgets, deadline)
 
     def before_sleep(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -51,12 +90,17 @@ def retried(
 
     retrying = Retrying(
         retry=retry_if_exception(lambda e: isinstance(e, Failure) and e.retryable),
-        stop=stop_any(stop_after_attempt(budgets.retries + 1), lambda _: time.monotonic() >= deadline()),
-        wait=wait_exponential_jitter(multiplier=budgets.retry_wait_initial, max=budgets.retry_wait_max),
+        stop=plan.stop,
+        wait=plan.wait,
         before_sleep=before_sleep,
         reraise=True,
     )
-    for trial in retrying:  # ends after the attempt that returned (tenacity reraises the last failure)
-        with trial:
-            result = attempt()
+    try:
+        for trial in retrying:  # ends after the attempt that returned (tenacity reraises the last failure)
+            with trial:
+                result = attempt()
+    except Failure:
+        if plan.late is not None:
+            raise DeadlinePassed(plan.late) from None
+        raise
     return result

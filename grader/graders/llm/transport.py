@@ -2,7 +2,7 @@
 or streamed, or the `Failure` it ended in.
 
 The SDK is the only client: `chat.completions.with_raw_response.create(...)` (headers: a whole JSON reply to a
-streamed request), streams read by iterating its chunks, its conventions kept
+streamed request, `Retry-After`), streams read by iterating its chunks, its conventions kept
 (`OPENAI_API_KEY`, `OPENAI_BASE_URL`), its own retries off (`max_retries=0`: retries and their budget are the
 endpoint's) and its errors mapped to the endpoint's failures. Around it, what it does not do: the watchdog
 that bounds the whole request (`watchdog.Guard`), a whole reply to a streamed request read as the reply.
@@ -38,6 +38,7 @@ from grader.graders.llm.failures import (
     Timeout,
     error_in_body,
     message_of,
+    retry_after,
 )
 from grader.graders.llm.watchdog import Guard, GuardedTransport
 
@@ -195,7 +196,7 @@ def _status_failure(exc: openai.APIStatusError) -> StatusFailure:
         body: Any = json.loads(text)
     except json.JSONDecodeError:
         body = None
-    return StatusFailure(response.status_code, message_of(body, text), body)
+    return StatusFailure(response.status_code, message_of(body, text), body, retry_after(response.headers))
 
 
 def _connection_failure(exc: Exception, replied: bool, what: str) -> ConnectionFailure:
