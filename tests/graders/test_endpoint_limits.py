@@ -1,6 +1,8 @@
 """The endpoint's bounds against servers that would push past them (real HTTP on loopback): a reply that never
 ends is cut by the wall budget and by the request timeout, which bound the whole request; retry waits, the
-server's `Retry-After` among them, end within the wall budget."""
+server's `Retry-After` among them, end within the wall budget; a context limit a server states is learnt
+only where plausible, forgotten once the server answers above it, and named in the outcome of a grading it
+cut short."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ from typing import Any
 import pytest
 
 from grader.graders.llm.agent import Budgets, LLMGrader
-from grader.graders.llm.endpoint import DeadlinePassed, Endpoint, EndpointFailed
+from grader.graders.llm.endpoint import ContextOverflow, DeadlinePassed, Endpoint, EndpointFailed
+from grader.graders.transcript import read_transcript
 from grader.groups.formats import load_group_file
+from grader.inspect.steps import to_steps
 from grader.pipeline import grade_group_sync
-from grader.servers.scripted import Endless, Reply, ScriptedServer, error, text
+from grader.servers.scripted import Endless, Reply, ScriptedServer, assistant_turns, error, labels_in, text
 from tests.conftest import EXAMPLE_GROUP
-from tests.graders.test_endpoint import MESSAGES
+from tests.graders.test_endpoint import MESSAGES, events_of, grade_twice
+from tests.graders.test_llm_grader import inspector, submit
 
 SLACK = 2.0
 """Seconds a bounded call may end after its bound: the watchdog's cut, the server noticing, a loaded
@@ -161,3 +166,100 @@ def test_a_retry_after_that_fits_is_waited() -> None:
         took = time.monotonic() - began
     assert reply.content == "hi" and 1 <= took < 1 + SLACK
     assert [e["sleep"] for e in events] == [1.0]
+
+
+# -- the model's context -------------------------------------------------------------------------------------
+
+
+def overflow(n_ctx: int, prompt: int) -> Reply:
+    """llama.cpp's refusal of a request for not fitting its context."""
+    message = f"request ({prompt} tokens) exceeds the available context size ({n_ctx} tokens)"
+    body = {"code": 400, "message": message, "type": "exceed_context_size_error"}
+    return Reply({"error": body | {"n_prompt_tokens": prompt, "n_ctx": n_ctx}}, status=400)
+
+
+def refused_once(refusal: Reply, prompts: tuple[int, int] = (100, 100)) -> Any:
+    """The inspector, whose second request gets `refusal` and whose final turn submits at once; its replies
+    report `prompts[0]` prompt tokens on a grading's first turn, `prompts[1]` on later ones."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if n == 1:
+            return refusal
+        if "this is your last turn" in request["messages"][-1]["content"]:
+            return submit([labels_in(request)])
+        reply = inspector(request, n)
+        prompt = prompts[min(assistant_turns(request), 1)]
+        reply.body["usage"] = {"prompt_tokens": prompt, "completion_tokens": 20}
+        return reply
+
+    return policy
+
+
+def test_one_lying_context_limit_does_not_blind_later_gradings(tmp_path: Path) -> None:
+    """A 400 saying `n_ctx: 1` cuts the grading it answered short (and says so), and nothing else: later
+    gradings run their course."""
+    with ScriptedServer(refused_once(overflow(1, 1200))) as server:
+        results, requests = grade_twice(server, tmp_path)
+    assert [r.status for r in results] == ["graded", "graded"], results[0].reason
+    assert results[0].details["final_turn"] == {"turn": 2, "why": "context window"}
+    (left_out,) = events_of(results[0], "left_out")
+    assert left_out["context_tokens"] is None
+    assert "its limit of 1 tokens is not believed: below the least context" in left_out["reason"]
+    assert "final_turn" not in results[1].details and len(requests[1]) == 4  # the inspector's four turns
+    assert events_of(results[0], "learnt") == [] and "endpoint" not in results[1].details
+
+
+def test_a_context_limit_below_what_the_endpoint_already_held_is_not_believed() -> None:
+    answers = [text("hi", usage=(3000, 20)), overflow(2048, 2500)]
+    with ScriptedServer(lambda request, n: answers[min(n, 1)]) as server:
+        endpoint = Endpoint("scripted", server.url, "x", budgets=Budgets(retries=0))
+        endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+        with pytest.raises(
+            ContextOverflow, match="below the 3,020 tokens a request on this endpoint"
+        ) as refused:
+            endpoint.complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+    assert refused.value.limit is None and endpoint.context_tokens is None and endpoint.lessons == []
+
+
+def test_a_learnt_context_limit_is_named_in_the_gradings_it_cuts_short_and_forgotten_when_refuted(
+    tmp_path: Path,
+) -> None:
+    """Learnt from a plausible refusal (4,096 tokens): a later grading whose conversation nears it takes its
+    final turn early and says why (details, transcript, as `gagar show` prints them); a reply to a request of
+    5,000 tokens then refutes it, and the endpoint forgets it."""
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    with ScriptedServer(refused_once(overflow(4096, 5000), prompts=(1000, 2500))) as server:
+        budgets = Budgets(retries=0, max_output_tokens=512)
+        grader = LLMGrader("scripted", base_url=server.url, sandbox=None, seed=7, budgets=budgets)
+        results = []
+        for n in range(2):
+            grader.config.transcript_dir = tmp_path / f"grading{n}"
+            results.append(grade_group_sync(group, grader))
+        assert grader.endpoint.context_tokens == 4096
+        assert [r.status for r in results] == ["graded", "graded"], results
+        (learnt,) = events_of(results[0], "learnt")
+        assert learnt["option"] == "context" and "4,096 tokens" in learnt["cause"]
+        # The second grading held 1,020 then 2,520 tokens: two more turns like the last and a reply would not
+        # fit, so the third turn is the final one, and the outcome says what limit called for it.
+        assert results[1].details["final_turn"] == {"turn": 3, "why": "context window"}
+        lesson = "conversations over 4,096 tokens: the final turn comes while the conversation still fits"
+        assert results[1].details["endpoint"][0].startswith(lesson + " (learnt from: context overflow")
+        titles = [step.title for step in to_steps(read_transcript(results[1].transcript))]
+        assert "endpoint: 1 thing(s) learnt before this grading" in titles  # as `gagar show` prints it
+
+        refuting = text("ok", usage=(5000, 20))
+        server.policy = lambda request, n: refuting
+        endpoint = grader.endpoint
+        events: list[dict[str, Any]] = []
+        endpoint.complete(
+            MESSAGES, max_tokens=8, deadline=time.monotonic() + 30, note=lambda kind, **f: events.append(f)
+        )
+    assert endpoint.context_tokens is None and endpoint.lessons == []
+    assert events == [
+        {
+            "option": "context",
+            "refused": "a context of 4,096 tokens",
+            "instead": "forgotten: the limit is unknown again",
+            "cause": "a reply to a request of 5,020 tokens",
+        }
+    ]

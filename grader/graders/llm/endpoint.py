@@ -4,7 +4,7 @@ The agent loop sees one call, `Endpoint.complete`: messages and tools in, a `Rep
 one request (`transport`), this module runs a call: a slot held while a request is in flight, retries of a
 passing failure within the call's deadline (`retries`), a request lost on a stale kept-alive connection sent
 again at once (once a call, not counted as an attempt), what a server turns out not to support learnt once
-per endpoint and the request adapted (`fallbacks`), and the model's context taken from a refusal for not
+per endpoint and the request adapted (`fallbacks`), and the model's context learnt from a refusal for not
 fitting it (`overflow`). Replies are read into a `Reply` by `completions`; failures are the kinds in
 `failures`.
 """
@@ -40,7 +40,7 @@ from grader.graders.llm.fallbacks import (
     named_choice,
     named_refusal,
 )
-from grader.graders.llm.overflow import context_overflow
+from grader.graders.llm.overflow import ContextLimit, context_overflow
 from grader.graders.llm.retries import retried
 from grader.graders.llm.transport import client, exchange
 
@@ -108,18 +108,20 @@ class Endpoint:
         self._sdk = client(base_url, api_key, self.budgets.request_timeout)
         self.url = str(self._sdk.base_url).rstrip("/") + "/chat/completions"
         self._lessons = Lessons(stream)
-        self._context_tokens: int | None = None
+        self._context = ContextLimit()
         self._closed = False
 
     @property
     def lessons(self) -> list[Lesson]:
-        """What this endpoint refused so far, in the order learnt."""
+        """What this endpoint refused so far, in the order learnt (the model's context among them, once a
+        plausible refusal named it)."""
         return self._lessons.all()
 
     @property
     def context_tokens(self) -> int | None:
-        """The model's context in tokens, as the first context overflow that named it said; None before."""
-        return self._context_tokens
+        """The model's context in tokens, as a plausible context overflow named it and no reply since refuted;
+        None before (or after a refutation)."""
+        return self._context.tokens
 
     def close(self) -> None:
         """Closes the connection pool (idempotent); a `complete` call after it raises RuntimeError."""
@@ -249,8 +251,11 @@ class Endpoint:
                 except StatusFailure as failure:
                     overflow = context_overflow(failure.status, failure.message, failure.body)
                     if overflow:
-                        if overflow.limit is not None:
-                            self._context_tokens = overflow.limit
+                        cause = self._context.judge(overflow)
+                        if cause is not None and overflow.limit is not None:
+                            call.note(
+                                "learnt", **self._lessons.learn_context(overflow.limit, cause).as_dict()
+                            )
                         raise overflow from None
                     named = named_refusal(failure, call.shape)
                     if named is None:
@@ -266,6 +271,7 @@ class Endpoint:
                     self._learn(call, "stream", "stream", "a streamed reply carried no choices")
                     call.traffic.requests += 1
                     continue
+                self._held(call, reply)
                 return reply
 
     def _exchange(self, call: _Call) -> Reply:
@@ -284,6 +290,14 @@ class Endpoint:
         return exchange(
             self._sdk, request, shape.stream, call.deadline, self.budgets.request_timeout, whole_to_stream
         )
+
+    def _held(self, call: _Call, reply: Reply) -> None:
+        """Records the tokens a reply's request held in the model's context: a learnt limit below them is
+        forgotten, and the call's transcript says so."""
+        held = reply.context_tokens
+        refuted = self._context.held_tokens(held)
+        if refuted is not None and held is not None:
+            call.note("learnt", **self._lessons.forget_context(refuted, held).as_dict())
 
     def _learn(self, call: _Call, option: str, form: str, cause: str) -> None:
         """Remembers that this endpoint refused `form` of `option`, and records it in the call's transcript

@@ -192,3 +192,32 @@ class Lessons:
                 lesson = Lesson(option, f"tool_choice {refused}", instead, cause)
             self._lessons.setdefault((option, form), lesson)
         return lesson
+
+    def learn_context(self, tokens: int, cause: str) -> Lesson:
+        """Remembers the model's context of `tokens`, as a refusal for not fitting it taught (replacing any
+        limit learnt before)."""
+        lesson = Lesson(
+            "context",
+            f"conversations over {tokens:,} tokens",
+            "the final turn comes while the conversation still fits",
+            _short(cause),
+        )
+        with self._lock:
+            self._lessons.pop(("context", "limit"), None)
+            self._lessons[("context", "limit")] = lesson
+        return lesson
+
+    def forget_context(self, refuted: int, held: int) -> Lesson:
+        """Forgets the context limit learnt, which a request that held `held` tokens refuted.
+
+        Returns:
+            The lesson that says so (for the transcript; the endpoint keeps no lesson of the context then).
+        """
+        with self._lock:
+            self._lessons.pop(("context", "limit"), None)
+        return Lesson(
+            "context",
+            f"a context of {refuted:,} tokens",
+            "forgotten: the limit is unknown again",
+            f"a reply to a request of {held:,} tokens",
+        )
