@@ -5,6 +5,8 @@ What the grader learns is learnt once per endpoint and recorded in the transcrip
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -225,6 +227,16 @@ def test_the_sdk_conventions_name_the_server_and_the_key(monkeypatch: pytest.Mon
         Endpoint("scripted", server.url).complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
     assert reply.content == "hi"
     assert server.authorizations == ["Bearer sk-from-the-environment", "Bearer EMPTY"]
+
+
+def test_the_sdk_is_imported_with_the_first_endpoint_not_with_the_cli() -> None:
+    """Every `gagar` command imports the LLM grader; the SDK's import takes seconds (its types), so it waits
+    for an endpoint to be made."""
+    loaded = "print(sorted(m for m in ('openai', 'httpx2') if m in sys.modules))"
+    script = f"import sys, grader.cli.main, grader.graders.llm.agent\n{loaded}\n"
+    script += f"grader.graders.llm.agent.LLMGrader('m')\n{loaded}"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["[]", "['httpx2', 'openai']"]
 
 
 def test_a_server_that_is_down_is_retried_with_backoff_and_named() -> None:

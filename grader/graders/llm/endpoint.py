@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from grader.graders.llm.budgets import Budgets
 from grader.graders.llm.completions import Reply, ToolCall
@@ -42,7 +42,9 @@ from grader.graders.llm.fallbacks import (
 )
 from grader.graders.llm.overflow import ContextLimit, context_overflow
 from grader.graders.llm.retries import retried
-from grader.graders.llm.transport import client, exchange
+
+if TYPE_CHECKING:
+    import openai
 
 Note = Callable[..., Any]
 """Records an event of the call: `note(kind, **fields)` (a `Transcript.event`)."""
@@ -105,7 +107,12 @@ class Endpoint:
     ) -> None:
         self.model, self.temperature = model, temperature
         self.budgets = budgets or Budgets()
-        self._sdk = client(base_url, api_key, self.budgets.request_timeout)
+        # Imported here, not with this module: the SDK takes seconds to import (its types), and every `gagar`
+        # command imports the LLM grader (distill's command names it) whether or not it grades with a model.
+        from grader.graders.llm.transport import client, exchange
+
+        self._exchange_with = exchange
+        self._sdk: openai.OpenAI = client(base_url, api_key, self.budgets.request_timeout)
         self.url = str(self._sdk.base_url).rstrip("/") + "/chat/completions"
         self._lessons = Lessons(stream)
         self._context = ContextLimit()
@@ -287,7 +294,7 @@ class Endpoint:
             call.shape.stream = False
             self._learn(call, "stream", "stream", "a streamed request was answered with a whole reply")
 
-        return exchange(
+        return self._exchange_with(
             self._sdk, request, shape.stream, call.deadline, self.budgets.request_timeout, whole_to_stream
         )
 
