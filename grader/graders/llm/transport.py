@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -76,7 +76,7 @@ def exchange(
     stream: bool,
     deadline: float,
     request_timeout: float,
-    whole_to_stream: Any,
+    whole_to_stream: Callable[[], None],
 ) -> Reply:
     """One request and its reply, read to the end; cut at the deadline or the request timeout, whichever
     comes first, however the server trickles its bytes.
@@ -138,7 +138,12 @@ def _as_failures(guard: Guard, seconds: float, what: str) -> Iterator[None]:
 
 
 def _read(
-    sdk: openai.OpenAI, request: dict[str, Any], stream: bool, seconds: float, guard: Guard, whole: Any
+    sdk: openai.OpenAI,
+    request: dict[str, Any],
+    stream: bool,
+    seconds: float,
+    guard: Guard,
+    whole: Callable[[], None],
 ) -> Reply:
     options: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
     raw = sdk.chat.completions.with_raw_response.create(**request, **options, timeout=seconds)
