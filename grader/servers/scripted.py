@@ -4,7 +4,7 @@ Real HTTP, so the grader's real client is exercised end to end: a *policy* (a fu
 the request's number) decides each reply: a completion with tool calls or text, an HTTP error, or a delay.
 The server's options reproduce what real servers do besides: not streaming (and saying so, or answering a
 streamed request whole), streaming no choices, failing on a `tool_choice` other than "auto", closing a
-kept-alive connection when the next request comes.
+kept-alive connection when the next request comes; a reply may never end (`Endless`: keep-alives forever).
 
     with ScriptedServer(lambda request, n: tool_calls(("list_candidates", {}))) as server:
         grader = LLMGrader("scripted", base_url=server.url)
@@ -41,6 +41,21 @@ class Reply:
     on_send: Callable[[], None] | None = None
     """Called once the delay is over, just before the reply goes out: the moment the request stops being in
     flight as the client can see it (its next request can only follow this reply)."""
+    endless: Endless | None = None
+    """Never finish the reply: send its start, then keep-alive bytes until the client goes away."""
+
+
+@dataclass(frozen=True)
+class Endless:
+    """A reply that never ends, as a hostile or stuck server sends it: the first `first` server-sent events of
+    the reply (of a streamed one; a whole one sends none of its body), then `keep_alive` every `every`
+    seconds, until the client goes away (recorded in `ScriptedServer.abandoned`) or `longest` seconds pass.
+    The body has no length: it would end only when the connection closes."""
+
+    keep_alive: str = ": keep-alive\n\n"
+    first: int = 0
+    every: float = 0.2
+    longest: float = 60.0
 
 
 _ids = count(1)
@@ -234,6 +249,10 @@ class ScriptedServer:
         """TCP connections accepted so far (a client keeping them alive opens one per thread)."""
         self.dropped = 0
         """Requests dropped unread with their kept-alive connection (`drop_kept_alive`)."""
+        self.authorizations: list[str | None] = []
+        """The `Authorization` header of every request that reached the policy, in order."""
+        self.abandoned: list[float] = []
+        """When (`time.monotonic()`) each endless reply found its client gone (`Reply.endless`)."""
         self._lock = threading.Lock()
         server = self
 
@@ -277,6 +296,7 @@ class ScriptedServer:
                 with server._lock:
                     number = len(server.requests)
                     server.requests.append(body)
+                    server.authorizations.append(self.headers.get("Authorization"))
                 choice = body.get("tool_choice")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     reply = error(404, f"no route {self.path}")
@@ -304,6 +324,9 @@ class ScriptedServer:
                     time.sleep(max(0.0, reply.delay - (time.monotonic() - arrived)))
                 if reply.on_send is not None:
                     reply.on_send()
+                if reply.endless is not None:
+                    self.send_endless(reply.endless, payload if streamed else b"", streamed)
+                    return
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
@@ -321,6 +344,25 @@ class ScriptedServer:
                     self.replied = True
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout): nothing to answer
+
+            def send_endless(self, endless: Endless, events: bytes, streamed: bool) -> None:
+                self.close_connection = True
+                until = time.monotonic() + endless.longest
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    start = b"".join(event + b"\n\n" for event in events.split(b"\n\n")[: endless.first])
+                    self.wfile.write(start)
+                    self.wfile.flush()
+                    while time.monotonic() < until:
+                        time.sleep(endless.every)
+                        self.wfile.write(endless.keep_alive.encode())
+                        self.wfile.flush()
+                except OSError:  # the client went away (a reset or a broken pipe)
+                    with server._lock:
+                        server.abandoned.append(time.monotonic())
 
         self._httpd = _Listener((host, port), Handler)
         self._httpd.daemon_threads = True

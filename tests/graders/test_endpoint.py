@@ -5,6 +5,8 @@ What the grader learns is learnt once per endpoint and recorded in the transcrip
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -212,6 +214,29 @@ def test_a_request_lost_twice_on_stale_connections_counts_as_an_attempt() -> Non
         reply = ask(traffic, lambda kind, **fields: events.append(kind))
     assert reply.content == "hi" and server.dropped == 2 and server.connections == 3
     assert events == ["resent", "retry"] and traffic.retries == 1 and traffic.requests == 2
+
+
+def test_the_sdk_conventions_name_the_server_and_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a base URL or a key, `OPENAI_BASE_URL` and `OPENAI_API_KEY` say them, as for any OpenAI
+    client; without the key either, "EMPTY" is sent (servers that need none accept any)."""
+    with ScriptedServer(lambda request, n: text("hi")) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+        reply = Endpoint("scripted").complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+        monkeypatch.delenv("OPENAI_API_KEY")
+        Endpoint("scripted", server.url).complete(MESSAGES, max_tokens=8, deadline=time.monotonic() + 30)
+    assert reply.content == "hi"
+    assert server.authorizations == ["Bearer sk-from-the-environment", "Bearer EMPTY"]
+
+
+def test_the_sdk_is_imported_with_the_first_endpoint_not_with_the_cli() -> None:
+    """Every `gagar` command imports the LLM grader; the SDK's import takes seconds (its types), so it waits
+    for an endpoint to be made."""
+    loaded = "print(sorted(m for m in ('openai', 'httpx2') if m in sys.modules))"
+    script = f"import sys, grader.cli.main, grader.graders.llm.agent\n{loaded}\n"
+    script += f"grader.graders.llm.agent.LLMGrader('m')\n{loaded}"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["[]", "['httpx2', 'openai']"]
 
 
 def test_a_server_that_is_down_is_retried_with_backoff_and_named() -> None:
