@@ -17,7 +17,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from grader.cli.display import cell
 from grader.cli.options import GradingArguments, add_grading_arguments, command_group, grading_from_args
 from grader.errors import InputFileError
 from grader.evaluation import degrade as degrading
@@ -115,9 +117,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         }
         example = bench.manifest.get("example")
         console.print(
-            f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups; double labels "
-            f"agreed on {agreement.agreed}/{agreement.pairs} pairs"
-            + (" (a format example: its figures say nothing about real code)" if example else ""),
+            cell(
+                f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups; "
+                f"double labels agreed on {agreement.agreed}/{agreement.pairs} pairs"
+                + (" (a format example: its figures say nothing about real code)" if example else "")
+            ),
             highlight=False,
         )
     console.print(score_table(evaluation))
@@ -137,8 +141,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         console.print(consistency_table(report["consistency"]))
     write_text_atomic(args.out / "eval.json", json.dumps(report, indent=2, allow_nan=False) + "\n")
     for gid in evaluation.missing:
-        console.print(f"[yellow]no group {gid!r} in the input[/]", highlight=False)
-    console.print(f"-> {args.out / 'eval.json'}, {args.out / 'results.jsonl'}", highlight=False)
+        console.print(cell(f"no group {gid!r} in the input", style="yellow"), highlight=False)
+    console.print(cell(f"-> {args.out / 'eval.json'}, {args.out / 'results.jsonl'}"), highlight=False)
     failed = evaluation.overall()["failed"]
     return 1 if failed or evaluation.missing else 0
 
@@ -168,7 +172,7 @@ def category_table(categories: dict[str, dict[str, Any]]) -> Table:
         table.add_column(column, justify="left" if column == "category" else "right")
     for name, figures in categories.items():
         table.add_row(
-            name,
+            cell(name),
             str(figures["groups"]),
             str(figures["scored_pairs"]),
             _fmt(figures["pairwise_accuracy"]),
@@ -178,16 +182,16 @@ def category_table(categories: dict[str, dict[str, Any]]) -> Table:
 
 
 def score_table(evaluation: harness.Evaluation) -> Table:
-    table = Table(title=f"grader {evaluation.grader}", show_edge=False, pad_edge=False)
+    table = Table(title=cell(f"grader {evaluation.grader}"), show_edge=False, pad_edge=False)
     columns = ("group", "status", "pairs", "pairwise", "tau", "top-1", "inversions", "tokens", "seconds")
     for column in columns:
         left = column in ("group", "status")
         table.add_column(column, justify="left" if left else "right", no_wrap=column == "group")
 
-    def row(name: str, status: str, figures: dict[str, Any]) -> list[str]:
+    def row(name: str, status: str, figures: dict[str, Any]) -> list[Text | str]:
         return [
-            name,
-            status,
+            cell(name),
+            cell(status),
             str(figures["scored_pairs"]),
             _fmt(figures["pairwise_accuracy"]),
             _fmt(figures["kendall_tau"], signed=True),
@@ -216,7 +220,7 @@ def kind_table(kinds: dict[str, dict[str, Any]]) -> Table:
     ):
         severity = degrading.SEVERITY.get(kind)
         table.add_row(
-            kind, str(severity or "-"), str(figures["scored_pairs"]), _fmt(figures["pairwise_accuracy"])
+            cell(kind), str(severity or "-"), str(figures["scored_pairs"]), _fmt(figures["pairwise_accuracy"])
         )
     return table
 
@@ -227,7 +231,7 @@ def consistency_table(summary: dict[str, Any]) -> Table:
         table.add_column(column, justify="left" if column == "group" else "right", no_wrap=column == "group")
     for gid, g in summary["groups"].items():
         table.add_row(
-            gid,
+            cell(gid),
             f"{g['gradings']}/{g['k']}",
             _fmt(g["agreement"], signed=True),
             _fmt(g["first_ranked_first"]),
@@ -267,14 +271,16 @@ def cmd_reference_consensus(args: argparse.Namespace) -> int:
         kept = len(references[g.group_id].preferences) if g.group_id in references else 0
         failed = f", {len(g.failures)} failed" if g.failures else ""
         console.print(
-            f"{g.group_id}: {len(g.rankings)}/{g.k} gradings{failed}, "
-            f"agreement {_fmt(g.agreement, signed=True)}, {kept} pairs agreed by at least {args.threshold:g}",
+            cell(
+                f"{g.group_id}: {len(g.rankings)}/{g.k} gradings{failed}, agreement "
+                f"{_fmt(g.agreement, signed=True)}, {kept} pairs agreed by at least {args.threshold:g}"
+            ),
             highlight=False,
         )
     for item in items:
         if isinstance(item, LoadFailure):
-            console.print(f"[yellow]{item}[/]", highlight=False)
-    console.print(f"-> {args.out}", highlight=False)
+            console.print(cell(item, style="yellow"), highlight=False)
+    console.print(cell(f"-> {args.out}"), highlight=False)
     return 0 if len(references) == len(groups) and all(isinstance(i, Group) for i in items) else 1
 
 
@@ -283,18 +289,20 @@ def cmd_degrade(args: argparse.Namespace) -> int:
     degradations = degrading.degrade_file(args.group_file, args.clean, args.kinds)
     groups_path, reference_path = degrading.write_degradations(degradations, args.out)
     for d in degradations:
-        table = Table(title=f"{d.group.group_id}: variants of {d.clean_id}", show_edge=False, pad_edge=False)
+        title = cell(f"{d.group.group_id}: variants of {d.clean_id}")
+        table = Table(title=title, show_edge=False, pad_edge=False)
         for column in ("trajectory", "kind", "severity", "what changed"):
             table.add_column(
                 column, justify="right" if column == "severity" else "left", no_wrap=column == "trajectory"
             )
         for v in d.variants:
-            table.add_row(v.trajectory_id, v.kind, str(v.severity), v.note)
+            table.add_row(cell(v.trajectory_id), cell(v.kind), str(v.severity), cell(v.note))
         console.print(table)
         for kind, reason in d.skipped.items():
-            console.print(f"  [yellow]skipped {kind}[/]: {reason}", highlight=False)
-        console.print(f"  reference: {' > '.join(' = '.join(tier) for tier in d.reference)}", highlight=False)
-    console.print(f"-> {groups_path}, {reference_path}", highlight=False)
+            console.print(cell(f"  skipped {kind}: {reason}", style="yellow"), highlight=False)
+        order = " > ".join(" = ".join(tier) for tier in d.reference)
+        console.print(cell(f"  reference: {order}"), highlight=False)
+    console.print(cell(f"-> {groups_path}, {reference_path}"), highlight=False)
     return 0
 
 
