@@ -75,6 +75,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "workspace.bare",
             "workspace.workspace",
             "workspace.injections",
+            "workspace.sources",
         ],
     ),
     (

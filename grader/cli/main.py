@@ -221,7 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     swebench.add_argument("--predictions", required=True, nargs="+", type=Path)
     swebench.add_argument("--results", required=True, nargs="+", type=Path)
     swebench.add_argument(
-        "--repo-root", type=Path, help="local clones named owner__repo (default: GitHub URLs)"
+        "--repo-root",
+        type=Path,
+        metavar="DIR",
+        help="a folder of git copies of the task repositories, laid out DIR/OWNER/NAME (DIR/OWNER__NAME is "
+        "accepted too), checked at once; without it the groups name https://github.com/OWNER/NAME",
     )
     swebench.add_argument("-o", "--output", required=True, type=Path)
     swebench.set_defaults(func=cmd_import_swebench)

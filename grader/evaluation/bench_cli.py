@@ -8,18 +8,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from grader.cli.display import Display, cell
 from grader.cli.options import command_group
 from grader.errors import InputFileError
 from grader.evaluation.benchmark import bundle_base_tree, load_benchmark
-from grader.evaluation.prepare import TRACKS, SourceLocator, find_recipe, prepare, resolve_bench
+from grader.evaluation.prepare import (
+    TRACKS,
+    PrepareReport,
+    SourceLocator,
+    find_recipe,
+    github_url,
+    prepare,
+    resolve_bench,
+)
 from grader.evaluation.recipe import load_recipe
 from grader.util.atomic import write_text_atomic
+from grader.workspace.sources import check_source_root
 
 
 def _fmt(value: float | None) -> str:
@@ -34,10 +46,12 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
     bench = load_benchmark(resolve_bench(args.bench, args.track))
     counts = bench.counts()
     console.print(
-        f"benchmark {bench.name} ({bench.root}): {len(bench.groups)} groups, "
-        f"{len(set(bench.instances.values()))} instances; dev {len(bench.group_ids('dev'))} groups, "
-        f"test {len(bench.group_ids('test'))}"
-        + (" [format example]" if bench.manifest.get("example") else ""),
+        cell(
+            f"benchmark {bench.name} ({bench.root}): {len(bench.groups)} groups, "
+            f"{len(set(bench.instances.values()))} instances; dev {len(bench.group_ids('dev'))} groups, "
+            f"test {len(bench.group_ids('test'))}"
+            + (" [format example]" if bench.manifest.get("example") else "")
+        ),
         highlight=False,
     )
     table = Table(title="reference pairs", show_edge=False, pad_edge=False)
@@ -45,12 +59,15 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right" if column == "pairs" else "left")
     for by in ("repository", "category", "kind", "split"):
         for value, number in sorted(counts[by].items()):
-            table.add_row(by, value, str(number))
+            table.add_row(by, cell(value), str(number))
     console.print(table)
     agreement = bench.agreement()
+    left_out = ", ".join(f"{g}: {a} / {b}" for g, a, b in agreement.disagreed) or "none"
     console.print(
-        f"double labels: {agreement.agreed}/{agreement.pairs} pairs agreed ({_fmt(agreement.rate)}); "
-        f"left out: {', '.join(f'{g}: {a} / {b}' for g, a, b in agreement.disagreed) or 'none'}",
+        cell(
+            f"double labels: {agreement.agreed}/{agreement.pairs} pairs agreed ({_fmt(agreement.rate)}); "
+            f"left out: {left_out}"
+        ),
         highlight=False,
     )
     report: dict[str, Any] = {
@@ -66,11 +83,11 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
             probes.add_column(column)
         for r in results:
             probes.add_row(
-                r.probe.group_id,
-                f"{r.probe.better} > {r.probe.worse}",
-                r.probe.script.name,
+                cell(r.probe.group_id),
+                cell(f"{r.probe.better} > {r.probe.worse}"),
+                cell(r.probe.script.name),
                 "yes" if r.holds else "NO",
-                r.summary(),
+                cell(r.summary()),
             )
         console.print(probes)
         holds = all(r.holds for r in results)
@@ -90,7 +107,7 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.out / "check.json", json.dumps(report, indent=2) + "\n")
-        console.print(f"-> {args.out / 'check.json'}", highlight=False)
+        console.print(cell(f"-> {args.out / 'check.json'}"), highlight=False)
     return 0 if holds else 1
 
 
@@ -101,8 +118,6 @@ def cmd_bench_prepare(args: argparse.Namespace) -> int:
     Raises:
         InputFileError: no such recipe, or a --source that is not OWNER/NAME=PATH.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     recipe_dir = find_recipe(args.bench)
     if recipe_dir is None:
         raise InputFileError(
@@ -118,46 +133,78 @@ def cmd_bench_prepare(args: argparse.Namespace) -> int:
         if not sep or repository.count("/") != 1:
             raise InputFileError(f"--source {item!r}: give OWNER/NAME=PATH")
         given[repository] = Path(path)
-    locator = SourceLocator(roots=list(args.source_root), given=given, online=not args.offline)
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("prepare {task.fields[name]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("prepare", total=None, name=recipe.name, last="locating sources")
+    for root in args.source_root:  # a wrong folder or layout is named now, not after minutes of work
+        check_source_root(root, recipe.repositories(), "--source-root")
+    started = time.monotonic()
+    with Display(f"prepare {recipe.name}") as display:
+        locator = _ShownLocator(
+            roots=list(args.source_root), given=given, online=not args.offline, display=display
+        )
 
         def progress(what: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, last=what)
+            display.update(what, done=done, total=total)
 
         result = prepare(recipe, locator, partial=args.partial, progress=progress)
-    out = Console()
+    seconds = time.monotonic() - started
+    out = Console(soft_wrap=True)  # paths whole, as a shell can take them
     for track, figures in result.tracks.items():
         out.print(
-            f"{recipe.name}/{track}: {figures['groups']} groups, {figures['candidates']} candidates, "
-            f"{figures['pairs']} pairs -> {result.root / track}",
+            cell(
+                f"{recipe.name}/{track}: {figures['groups']} groups, {figures['candidates']} candidates, "
+                f"{figures['pairs']} pairs -> {result.root / track}"
+            ),
             highlight=False,
         )
-    if result.resumed:
-        out.print(f"{result.resumed} steps were already done (resumed)", highlight=False)
     absent = [i for i in result.skipped if i not in result.unreadable]
     if absent:
         out.print(
-            f"[yellow]{len(absent)} instances left out: their task repository is not here "
-            f"(`gagar bench prepare {recipe.name} --list-sources`)[/]",
+            cell(
+                f"{len(absent)} instances left out: their task repository is not here "
+                f"(`gagar bench prepare {recipe.name} --list-sources`)",
+                style="yellow",
+            ),
             highlight=False,
         )
     for instance, why in sorted(result.unreadable.items()):
-        out.print(
-            f"[yellow]left out {instance}: its base tree cannot be read whole: {why}[/]", highlight=False
-        )
+        out.print(cell(f"left out {instance}: its base tree cannot be read whole: {why}", style="yellow"))
     if "preference" not in result.tracks:
         out.print("preference track: no labelled pairs yet (references.jsonl is empty)", highlight=False)
+    out.print(cell(summary_line(recipe.name, result, len(recipe.instances), seconds)), highlight=False)
     return 0
+
+
+def summary_line(name: str, result: PrepareReport, instances: int, seconds: float) -> str:
+    """The line `bench prepare` ends with: what it prepared, how long it took, what was resumed, where."""
+    prepared = instances - len(result.skipped)
+    tracks = ", ".join(result.tracks) or "no track"
+    resumed = f"; {result.resumed} steps were already done (resumed)" if result.resumed else ""
+    left = f", {len(result.skipped)} left out" if result.skipped else ""
+    return (
+        f"prepared {name} in {duration(seconds)}: {prepared} of {instances} instances{left}; "
+        f"{tracks}{resumed} -> {result.root}"
+    )
+
+
+def duration(seconds: float) -> str:
+    """`42 s` under two minutes, else `6 min 41 s`."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+@dataclass
+class _ShownLocator(SourceLocator):
+    """The locator, saying on the progress display which repository it looks for and which it clones."""
+
+    display: Display | None = None
+
+    def locate(self, repository: str) -> Path | None:
+        if self.display is not None:
+            self.display.update(f"looking for {repository}")
+            if self.online and self.find(repository) is None:
+                self.display.update(f"cloning {github_url(repository)} (no local copy)")
+        return super().locate(repository)
 
 
 def cmd_bench_bundle(args: argparse.Namespace) -> int:
@@ -192,7 +239,8 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="a folder holding source repositories as OWNER/NAME git dirs, bare or not (repeatable)",
+        help="a folder of git copies (bare or not) of the repositories the recipe needs, laid out "
+        "DIR/OWNER/NAME (DIR/OWNER__NAME is accepted too); checked at once (repeatable)",
     )
     prep.add_argument(
         "--source",

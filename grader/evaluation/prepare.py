@@ -41,6 +41,7 @@ from grader.evaluation.recipe import (
 from grader.sandbox.swebench import swebench_environment
 from grader.util.cachedirs import data_cache
 from grader.util.filelock import file_lock
+from grader.workspace import sources
 from grader.workspace.gitcmd import git
 from grader.workspace.gitcmd import out as git_out
 from grader.workspace.mirrors import MirrorCache, has_commit
@@ -81,16 +82,9 @@ def _is_git_dir(path: Path) -> bool:
 
 
 def candidate_paths(repository: str, root: Path) -> list[Path]:
-    """Where a source root may hold OWNER/NAME: OWNER/NAME, OWNER/NAME.git, OWNER+NAME and OWNER+NAME/repo."""
-    owner, name = repository.split("/", 1)
-    flat = root / f"{owner}+{name}"
-    return [
-        root / owner / name,
-        root / owner / f"{name}.git",
-        flat,
-        flat / "repo",
-        root / f"{owner}+{name}.git",
-    ]
+    """Where a source root may hold OWNER/NAME (grader.workspace.sources: OWNER/NAME documented, OWNER__NAME,
+    OWNER+NAME and their .git forms accepted)."""
+    return sources.candidate_paths(repository, root)
 
 
 @dataclass
@@ -227,7 +221,7 @@ def prepare(
         locator: where the source repositories are (and whether to clone them).
         partial: prepare the instances whose task repository is here and list the others, rather than stop.
         mirrors: the mirror cache seeded with the task repositories (the shared one by default).
-        progress: called with (what, done, total) after each step.
+        progress: called with (what, done, total) as each step starts and after it ends.
 
     Returns:
         What was written.
@@ -270,13 +264,19 @@ def prepare(
             if progress:
                 progress(what, done, steps)
 
+        def begin(what: str) -> None:  # a step can take minutes (a mirror): say which one runs
+            if progress:
+                progress(what, done, steps)
+
         unreadable: dict[str, str] = {}
         texts: dict[str, str] = {}
         for f in recipe.files.values():
+            begin(f"reading {f.id}")
             texts[f.id] = _checked_text(f, locations[f.repository])
             tick(f.id)
         rows: dict[str, dict[str, Any]] = {}
         for instance in instances:
+            begin(f"instance {instance.id}")
             cached = state.get(f"row:{instance.id}")
             if cached is not None:
                 report.resumed += 1
@@ -299,6 +299,7 @@ def prepare(
             tick(instance.id)
         for repository in sorted({i.repository for i in instances}):
             commits = sorted({i.base_commit for i in instances if i.repository == repository})
+            begin(f"seeding the mirror of {repository} ({len(commits)} base commits)")
             key = f"mirror:{repository}:{sha256_text(' '.join(commits))}"
             broken = state.get(key)
             mirror = mirrors.path_for(github_url(repository))  # read as it is: never cloned or fetched here
@@ -323,6 +324,7 @@ def prepare(
         instances = [i for i in instances if i.id not in unreadable]
         report.skipped += sorted(unreadable)
         report.unreadable = unreadable
+        begin("writing the tracks")
         patches = _checked_patches(recipe, texts, {i.id for i in instances})
         report.tracks["verification"] = _write_verification(
             recipe, instances, rows, patches, out / "verification"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from grader.cli.main import build_parser, cmd_grade
+from grader.evaluation import cli as evaluation_cli
 from tests.conftest import EXAMPLE_GROUP, REPO_ROOT, run_gagar
 
 MARKUP_ID = "B[/x]"
@@ -90,3 +91,29 @@ def test_eval_tables_print_ids_as_text(tmp_path: Path) -> None:
     assert set(scored["groups"]) == {MARKUP_ID, ESCAPE_ID}
     assert proc.stdout.count(MARKUP_ID) >= 2 and proc.stdout.count(SPELLED) >= 2  # scores and consistency
     assert ESCAPE_ID not in proc.stdout
+
+
+def test_bench_prepare_shows_hostile_instance_ids_as_text(
+    sources: dict,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    recipe: Path = sources["recipe"]
+    hostile = f"run{MARKUP_ID}"  # a run's name: file ids and candidate ids in the recipe, shown as read
+    manifest = json.loads((recipe / "recipe.json").read_text())
+    manifest["files"] = {k.replace("run-c", hostile): v for k, v in manifest["files"].items()}
+    run_c = manifest["runs"].pop("run-c")
+    manifest["runs"][hostile] = {k: v.replace("run-c", hostile) for k, v in run_c.items()}
+    (recipe / "recipe.json").write_text(json.dumps(manifest))
+    lines = [json.loads(line) for line in (recipe / "candidates.jsonl").read_text().splitlines()]
+    for line in lines:
+        line["run"] = hostile if line["run"] == "run-c" else line["run"]
+    (recipe / "candidates.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    code = evaluation_cli.main(["bench", "prepare", str(recipe), "--source-root", str(sources["root"])])
+    captured = capsys.readouterr()
+    assert "MarkupError" not in captured.err and "Traceback" not in captured.err
+    # A recipe may come to refuse such a name (then the error names it); it never breaks the display.
+    assert code == 0 or (code == 2 and MARKUP_ID in captured.err), captured.err
+    if code == 0:
+        assert "prepared tiny-recipe in " in captured.out
