@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,13 +101,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         bench_grading_mode(bench, grading)
     make_grader = grader_factory(args, grading)
     options = grading.options
+    started = time.monotonic()
     evaluation, results = harness.evaluate(
         items, references, _grader(args, make_grader), options, workers=args.workers
     )
+    wall = time.monotonic() - started
     args.out.mkdir(parents=True, exist_ok=True)
     write_results(results, args.out)
     report: dict[str, Any] = {"consensus": args.consensus, **evaluation.as_dict()}
     report["overall"]["interval"] = evaluation.interval(args.bootstrap) if args.bootstrap else None
+    report["overall"]["wall_seconds"] = round(wall, 3)
     if bench is not None:
         agreement = bench.agreement()
         report["bench"] = {
@@ -116,16 +120,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "label_agreement": {"pairs": agreement.pairs, "agreed": agreement.agreed, "rate": agreement.rate},
         }
         example = bench.manifest.get("example")
+        # A track labelled by harness reports alone (verification) has no double labels to agree on.
+        labels = (
+            f"; double labels agreed on {agreement.agreed}/{agreement.pairs} pairs" if agreement.pairs else ""
+        )
         console.print(
             cell(
-                f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups; "
-                f"double labels agreed on {agreement.agreed}/{agreement.pairs} pairs"
+                f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups{labels}"
                 + (" (a format example: its figures say nothing about real code)" if example else "")
             ),
             highlight=False,
         )
     console.print(score_table(evaluation))
     console.print(coverage_line(report["overall"]), highlight=False)
+    console.print(time_line(report["overall"], args.workers), highlight=False)
     categories = evaluation.by_category(resamples=args.bootstrap)
     if categories:
         report["by_category"] = categories
@@ -164,6 +172,16 @@ def coverage_line(overall: dict[str, Any]) -> str:
     elif overall["graded"] < 2:
         line += "; one group graded: no interval"
     return line
+
+
+def time_line(overall: dict[str, Any], workers: int) -> str:
+    """One line: the grading's wall time, and the grading time summed over groups (the table's seconds
+    column), which exceeds the wall time when groups are graded at once."""
+    groups = overall["groups"]
+    return (
+        f"time: {overall['wall_seconds']:.2f} s wall for {groups} group{'s' if groups != 1 else ''} "
+        f"({workers} at a time); {overall['seconds']:.2f} s of grading summed over the groups"
+    )
 
 
 def category_table(categories: dict[str, dict[str, Any]]) -> Table:
@@ -206,7 +224,8 @@ def score_table(evaluation: harness.Evaluation) -> Table:
     overall = evaluation.overall()
     if len(evaluation.groups) > 1:
         table.add_row(
-            *row("overall", f"{overall['graded']}/{overall['groups']} graded", overall), style="bold"
+            *row("overall (time summed)", f"{overall['graded']}/{overall['groups']} graded", overall),
+            style="bold",
         )
     return table
 
@@ -285,7 +304,21 @@ def cmd_reference_consensus(args: argparse.Namespace) -> int:
 
 
 def cmd_degrade(args: argparse.Namespace) -> int:
-    console = Console()
+    """`gagar degrade`: write the variants and their reference into a new folder (an existing one with
+    --force only), print each group's variants and where they went.
+
+    Raises:
+        InputFileError: --out already holds files and --force is not given (nothing is written).
+    """
+    console = Console(soft_wrap=True)
+    held = sorted(entry.name for entry in args.out.iterdir()) if args.out.is_dir() else []
+    if args.out.exists() and not args.out.is_dir():
+        raise InputFileError(f"--out {args.out}: a file, not a folder")
+    if held and not args.force:
+        raise InputFileError(
+            f"--out {args.out} already holds {', '.join(held[:5])}{', ...' if len(held) > 5 else ''}: "
+            "give a new folder, or --force to overwrite its groups.jsonl and reference.json"
+        )
     degradations = degrading.degrade_file(args.group_file, args.clean, args.kinds)
     groups_path, reference_path = degrading.write_degradations(degradations, args.out)
     for d in degradations:
@@ -302,7 +335,10 @@ def cmd_degrade(args: argparse.Namespace) -> int:
             console.print(cell(f"  skipped {kind}: {reason}", style="yellow"), highlight=False)
         order = " > ".join(" = ".join(tier) for tier in d.reference)
         console.print(cell(f"  reference: {order}"), highlight=False)
-    console.print(cell(f"-> {groups_path}, {reference_path}"), highlight=False)
+    variants = sum(len(d.variants) for d in degradations)
+    groups = f"{len(degradations)} group{'s' if len(degradations) != 1 else ''}"
+    written = f"{groups_path.name}, {reference_path.name}"
+    console.print(cell(f"wrote {variants} variants of {groups} to {args.out}: {written}"), highlight=False)
     return 0
 
 
@@ -386,7 +422,14 @@ def register(subparsers: Any) -> None:
         "--clean", required=True, metavar="TRAJECTORY_ID", help="the clean passing trajectory"
     )
     degrade.add_argument(
-        "--out", required=True, type=Path, help="where groups.jsonl and reference.json are written"
+        "--out",
+        required=True,
+        type=Path,
+        help="a new folder for groups.jsonl and reference.json (an existing one that holds files: with "
+        "--force only)",
+    )
+    degrade.add_argument(
+        "--force", action="store_true", help="overwrite groups.jsonl and reference.json in an existing --out"
     )
     degrade.add_argument(
         "--kinds",
