@@ -362,8 +362,8 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument(
         "--bench",
         metavar="NAME_OR_PATH",
-        help="a benchmark folder, or a name looked up in $GAGAR_BENCHMARKS, ./benchmarks, the repository's "
-        "benchmarks/ and ../shared/benchmarks",
+        help="a benchmark folder, or its name: looked up in $GAGAR_BENCHMARKS, ./benchmarks and gagar's own "
+        "benchmarks/ (a recipe benchmark once gagar bench prepare has prepared it)",
     )
     evaluate.add_argument("--split", choices=SPLITS, help="only this split of the benchmark (default: all)")
     evaluate.add_argument(
