@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from grader.evaluation.prepare import (
 )
 from grader.evaluation.recipe import load_recipe
 from grader.util.atomic import write_text_atomic
-from grader.workspace.sources import check_source_root
+from grader.workspace.sources import check_source_root, checked_repository
 
 
 def _fmt(value: float | None) -> str:
@@ -208,9 +209,17 @@ class _ShownLocator(SourceLocator):
 
 
 def cmd_bench_bundle(args: argparse.Namespace) -> int:
-    """`gagar bench bundle`: a base tree as a single-root-commit bundle, and its provenance record."""
-    record = bundle_base_tree(args.source, args.commit, args.out, args.repository)
-    print(json.dumps({str(args.out): record}, indent=2))
+    """`gagar bench bundle`: a base tree as a single-root-commit bundle, and its provenance record.
+
+    Raises:
+        InputFileError: --repository is not OWNER/NAME (a URL, say), or --out names a folder, not a file.
+    """
+    checked_repository(args.repository, "--repository")
+    out = Path(args.out)  # kept a string until here: Path() drops the trailing / that says "a folder"
+    if out.is_dir() or args.out.endswith(("/", os.sep)):
+        raise InputFileError(f"--out {args.out}: a folder; give the bundle file to write (NAME.bundle)")
+    record = bundle_base_tree(args.source, args.commit, out, args.repository)
+    print(json.dumps({str(out): record}, indent=2))
     return 0
 
 
@@ -268,6 +277,10 @@ def register(subparsers: Any) -> None:
     )
     bundle.add_argument("source", type=Path, help="a local git repository holding the base commit")
     bundle.add_argument("commit", help="the upstream base commit")
-    bundle.add_argument("--repository", required=True, help="the upstream repository's name (owner/name)")
-    bundle.add_argument("--out", required=True, type=Path, help="the bundle to write (NAME/bundles/X.bundle)")
+    bundle.add_argument(
+        "--repository", required=True, metavar="OWNER/NAME", help="the upstream repository, as OWNER/NAME"
+    )
+    bundle.add_argument(
+        "--out", required=True, metavar="FILE", help="the bundle file to write (bundles/NAME.bundle)"
+    )
     bundle.set_defaults(func=cmd_bench_bundle)
