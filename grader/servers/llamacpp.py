@@ -178,7 +178,7 @@ def ensure_binary() -> Path:
     """
     target = cache_root() / "llama-server" / binary_key() / "llama-server"
     if target.exists():
-        log.info("reusing llama-server built before: %s", target)
+        log.debug("reusing llama-server built before: %s", target)
         return target
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:

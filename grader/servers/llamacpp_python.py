@@ -90,7 +90,7 @@ def ensure_package() -> Path:
     home = cache_root() / "llama-cpp-python" / wheel_key()
     site = home / site_key()
     if (site / "llama_cpp").is_dir():
-        log.info("reusing llama-cpp-python built before: %s", site)
+        log.debug("reusing llama-cpp-python built before: %s", site)
         return site
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:

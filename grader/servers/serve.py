@@ -141,18 +141,18 @@ def start_server(args: argparse.Namespace, log: Path) -> LlamaServer | LlamaCppP
     model = args.model_file or ensure_model()
     alias = args.model_file.stem if args.model_file else MODEL_ALIAS
     if args.server == "llama-cpp-python":
-        site = ensure_package()
+        built = ensure_package()
         threads = _threads(args)
         server: LlamaServer | LlamaCppPythonServer = LlamaCppPythonServer(
-            site, model, context=args.context, threads=threads, alias=alias, log_path=log, port=args.port
+            built, model, context=args.context, threads=threads, alias=alias, log_path=log, port=args.port
         )
     else:
         # The shipped template is Gemma 3's with tool calls: for the bundled model, or when asked for.
         template = args.chat_template or (None if args.model_file else chat_template_path())
-        binary = ensure_binary()
+        built = ensure_binary()
         threads = _threads(args)
         server = LlamaServer(
-            binary,
+            built,
             model,
             context=args.context,
             threads=threads,
@@ -161,6 +161,7 @@ def start_server(args: argparse.Namespace, log: Path) -> LlamaServer | LlamaCppP
             alias=alias,
             port=args.port,
         )
+    _say(f"{args.server}: {built} (built once for this machine; every later run reuses it)")
     _say(f"starting {args.server} on port {args.port}, {threads} thread(s) (log: {log})")
     return server.start()
 

@@ -201,4 +201,5 @@ def test_serve_on_port_0_serves_on_a_free_port_and_says_which(
         assert process.wait(30) == 0
     said = process.stderr.read() if process.stderr else ""
     assert f"--port 0: serving on port {url.group(2)}, free now" in said
+    assert "(built once for this machine; every later run reuses it)" in said  # how the build is reused
     assert re.search(r"\d+ thread\(s\): \d+ core\(s\), load average [\d.]+ \(the free cores", said)
