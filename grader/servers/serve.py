@@ -112,7 +112,7 @@ def check_request(args: argparse.Namespace) -> None:
         raise ServeError(f"--port {args.port}: give a port from 1 to 65535 (0: any free port)")
     if args.port == 0:
         args.port = free_port()
-        _say(f"--port 0: serving on port {args.port}, free now")
+        _say(f"--port 0: port {args.port} is free now; the server will listen there")
     elif port_taken(args.port):
         raise ServeError(
             f"port {args.port} on 127.0.0.1 is taken by {_what_answers(args.port)}, which gagar serve did "

@@ -200,7 +200,7 @@ def test_serve_on_port_0_serves_on_a_free_port_and_says_which(
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(30) == 0
     said = process.stderr.read() if process.stderr else ""
-    assert f"--port 0: serving on port {url.group(2)}, free now" in said
+    assert f"--port 0: port {url.group(2)} is free now; the server will listen there" in said
     assert "(built once for this machine; every later run reuses it)" in said  # how the build is reused
     assert re.search(r"\d+ thread\(s\): \d+ core\(s\), load average [\d.]+ \(the free cores", said)
 
