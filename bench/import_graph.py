@@ -76,6 +76,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "workspace.bare",
             "workspace.workspace",
             "workspace.injections",
+            "workspace.sources",
         ],
     ),
     (
@@ -183,8 +184,10 @@ FLOORS: list[tuple[str, list[str]]] = [
             "cli.main",
             "cli.options",
             "cli.examples",
+            "cli.display",
             "redistribution.simulate_cli",
             "evaluation.cli",
+            "evaluation.bench_cli",
             "inspect.cli",
             "sandbox.cli",
             "distill.cli",

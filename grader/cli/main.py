@@ -11,11 +11,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 import grader
+from grader.cli.display import Display, cell
 from grader.cli.examples import add_examples
 from grader.cli.options import GradingArguments, add_grading_arguments, grading_from_args
 from grader.errors import GagarError, WorkspaceError
@@ -102,20 +102,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
     # The run directory keeps the graded groups too, so viewers can show patches without the inputs.
     write_groups([item for item in items if not isinstance(item, LoadFailure)], args.out / "groups.jsonl")
     results: dict[int, GroupResult] = {}  # written in input order, whatever order they finish in
-    with Progress(
-        TextColumn("grading"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"),
-        console=Console(stderr=True),
-        transient=True,
-        disable=len(items) < 2,
-    ) as progress:
-        task = progress.add_task("grade", total=len(items), last="")
+    # The bar shows ids as plain text, and a failure of its own is reported and ignored: the results below
+    # are written whatever happens to it.
+    with Display("grading", total=len(items), enabled=len(items) > 1) as display:
         for index, result in _stream(items, grader, grading, args):
             results[index] = result
-            progress.update(task, advance=1, last=f"{result.group_id}: {result.status}")
+            display.update(f"{result.group_id}: {result.status}", advance=1)
     ordered = [results[i] for i in sorted(results)]
     path = write_results(ordered, args.out)
     counts = {status: sum(r.status == status for r in ordered) for status in ("graded", "skipped", "failed")}
@@ -129,9 +121,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
                 line.append(printable(f" {result.group_id}: {result.reason}"))
                 console.print(line, highlight=False)
     console.print(
-        f"{len(ordered)} group{'s' if len(ordered) != 1 else ''}: {counts['graded']} graded, "
-        f"{counts['skipped']} skipped, "
-        f"{counts['failed']} failed -> {path}"
+        cell(
+            f"{len(ordered)} group{'s' if len(ordered) != 1 else ''}: {counts['graded']} graded, "
+            f"{counts['skipped']} skipped, {counts['failed']} failed -> {path}"
+        ),
+        highlight=False,
+        soft_wrap=True,
     )
     return 1 if counts["failed"] else 0
 
@@ -226,7 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     swebench.add_argument("--predictions", required=True, nargs="+", type=Path)
     swebench.add_argument("--results", required=True, nargs="+", type=Path)
     swebench.add_argument(
-        "--repo-root", type=Path, help="local clones named owner__repo (default: GitHub URLs)"
+        "--repo-root",
+        type=Path,
+        metavar="DIR",
+        help="a folder of git copies of the task repositories, laid out DIR/OWNER/NAME (DIR/OWNER__NAME is "
+        "accepted too), checked at once; without it the groups name https://github.com/OWNER/NAME",
     )
     swebench.add_argument("-o", "--output", required=True, type=Path)
     swebench.set_defaults(func=cmd_import_swebench)

@@ -15,6 +15,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -73,6 +74,12 @@ def field_docs(cls: type) -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(following.value.value.split())
     return docs
+
+
+def user_text(doc: str) -> str:
+    """A field's docstring as help for a user: code quotes (`x`, ``x``) dropped, since a terminal shows them
+    as they are. The words are the docstring's own to keep user-facing (tests/cli/test_cli_help.py)."""
+    return re.sub(r"``?([^`]+)``?", r"\1", doc)
 
 
 @dataclass(frozen=True)
@@ -135,9 +142,11 @@ def add_config_arguments(
     for option in _options(cls, only):
         f, kind, dest = option.field, option.kind, option.field.name
         default = _default(f)
-        help_text = option.doc
+        help_text = user_text(option.doc)
         if default not in (None, False, "") and "(default:" not in help_text:
-            help_text += f" (default: {default})"
+            off = "--no-" + option.flag.removeprefix("--")
+            shown = f"on; {off} turns it off" if default is True else default
+            help_text += f" (default: {shown})"
         if kind is bool:  # a default of True can be turned off: --stream / --no-stream
             action = argparse.BooleanOptionalAction if default is True else "store_true"
             group.add_argument(option.flag, dest=dest, action=action, default=bool(default), help=help_text)

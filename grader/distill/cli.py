@@ -21,8 +21,26 @@ from grader.groups.formats import check_inputs
 from grader.util.concurrency import Concurrency
 from grader.util.terminal import printable
 
-# The teacher's options: the LLM grader's, less those distillation fixes (native tools, seeds per sample).
-TEACHER_FIELDS = [f.name for f in dataclasses.fields(LLMConfig) if f.name not in ("tool_mode", "seed")]
+# The teacher's options: the LLM grader's, as gagar grade takes them (one option set, one name for each), less
+# the seed, which distillation sets per sample.
+TEACHER_FIELDS = [f.name for f in dataclasses.fields(LLMConfig) if f.name != "seed"]
+
+
+def teacher_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The teacher's LLM grader options from the command line, checked.
+
+    Raises:
+        ValueError: --tool-mode text or --structured: the SFT rows are native tool-calling conversations,
+            the form the trained grader is served in, so the teacher must call tools natively.
+    """
+    teacher = config_from_args(LLMConfig, args, only=TEACHER_FIELDS)
+    if teacher.pop("tool_mode") != "native" or teacher.get("structured"):
+        raise ValueError(
+            "gagar distill takes --tool-mode native only (and no --structured): it writes native "
+            "tool-calling conversations, the form the trained grader is served in, so the teacher must call "
+            "tools natively"
+        )
+    return teacher
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
@@ -36,7 +54,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     if not args.model:
         raise ValueError("gagar distill needs the teacher's --model")
     config = DistillConfig(**config_from_args(DistillConfig, args))
-    teacher = config_from_args(LLMConfig, args, only=TEACHER_FIELDS)
+    teacher = teacher_options(args)
     resources = Concurrency(**config_from_args(Concurrency, args))
     # Prepared recipe benchmarks (gagar bench prepare) live in the cache: refused as well.
     search = [] if args.no_default_benchmarks else [*benchmark_roots(), prepared_root()]

@@ -1,7 +1,8 @@
-"""`gagar eval` and `gagar degrade`: argument parsing and printing; the work is in harness and degrade.
+"""`gagar eval`, `gagar degrade` and `gagar reference`: argument parsing and printing; the work is in harness
+and degrade. The `bench` commands are in `grader.evaluation.bench_cli`.
 
-`register(subparsers)` adds both commands to gagar's parser; `python -m grader.evaluation.cli` runs them on
-their own.
+`register(subparsers)` adds these commands and the `bench` ones to gagar's parser; `python -m
+grader.evaluation.cli` runs them on their own.
 """
 
 from __future__ import annotations
@@ -10,21 +11,24 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from grader.cli.display import cell
 from grader.cli.options import GradingArguments, add_grading_arguments, command_group, grading_from_args
 from grader.errors import InputFileError
 from grader.evaluation import degrade as degrading
 from grader.evaluation import harness
-from grader.evaluation.benchmark import SPLITS, Benchmark, bundle_base_tree, load_benchmark
+from grader.evaluation.bench_cli import register as register_bench
+from grader.evaluation.benchmark import SPLITS, Benchmark, load_benchmark
 from grader.evaluation.consensus import ConsensusGrader
-from grader.evaluation.prepare import TRACKS, SourceLocator, find_recipe, prepare, resolve_bench
-from grader.evaluation.recipe import load_recipe
+from grader.evaluation.prepare import TRACKS, resolve_bench
 from grader.graders import get_grader
 from grader.graders.base import GRADERS, Grader
 from grader.graders.cache import CachedGrader
@@ -97,13 +101,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         bench_grading_mode(bench, grading)
     make_grader = grader_factory(args, grading)
     options = grading.options
+    started = time.monotonic()
     evaluation, results = harness.evaluate(
         items, references, _grader(args, make_grader), options, workers=args.workers
     )
+    wall = time.monotonic() - started
     args.out.mkdir(parents=True, exist_ok=True)
     write_results(results, args.out)
     report: dict[str, Any] = {"consensus": args.consensus, **evaluation.as_dict()}
     report["overall"]["interval"] = evaluation.interval(args.bootstrap) if args.bootstrap else None
+    report["overall"]["wall_seconds"] = round(wall, 3)
     if bench is not None:
         agreement = bench.agreement()
         report["bench"] = {
@@ -113,14 +120,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "label_agreement": {"pairs": agreement.pairs, "agreed": agreement.agreed, "rate": agreement.rate},
         }
         example = bench.manifest.get("example")
+        # A track labelled by harness reports alone (verification) has no double labels to agree on.
+        labels = (
+            f"; double labels agreed on {agreement.agreed}/{agreement.pairs} pairs" if agreement.pairs else ""
+        )
         console.print(
-            f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups; double labels "
-            f"agreed on {agreement.agreed}/{agreement.pairs} pairs"
-            + (" (a format example: its figures say nothing about real code)" if example else ""),
+            cell(
+                f"benchmark {bench.name}, split {args.split or 'all'}: {len(references)} groups{labels}"
+                + (" (a format example: its figures say nothing about real code)" if example else "")
+            ),
             highlight=False,
         )
     console.print(score_table(evaluation))
     console.print(coverage_line(report["overall"]), highlight=False)
+    console.print(time_line(report["overall"], args.workers), highlight=False)
     categories = evaluation.by_category(resamples=args.bootstrap)
     if categories:
         report["by_category"] = categories
@@ -136,8 +149,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         console.print(consistency_table(report["consistency"]))
     write_text_atomic(args.out / "eval.json", json.dumps(report, indent=2, allow_nan=False) + "\n")
     for gid in evaluation.missing:
-        console.print(f"[yellow]no group {gid!r} in the input[/]", highlight=False)
-    console.print(f"-> {args.out / 'eval.json'}, {args.out / 'results.jsonl'}", highlight=False)
+        console.print(cell(f"no group {gid!r} in the input", style="yellow"), highlight=False)
+    console.print(cell(f"-> {args.out / 'eval.json'}, {args.out / 'results.jsonl'}"), highlight=False)
     failed = evaluation.overall()["failed"]
     return 1 if failed or evaluation.missing else 0
 
@@ -161,13 +174,23 @@ def coverage_line(overall: dict[str, Any]) -> str:
     return line
 
 
+def time_line(overall: dict[str, Any], workers: int) -> str:
+    """One line: the grading's wall time, and the grading time summed over groups (the table's seconds
+    column), which exceeds the wall time when groups are graded at once."""
+    groups = overall["groups"]
+    return (
+        f"time: {overall['wall_seconds']:.2f} s wall for {groups} group{'s' if groups != 1 else ''} "
+        f"({workers} at a time); {overall['seconds']:.2f} s of grading summed over the groups"
+    )
+
+
 def category_table(categories: dict[str, dict[str, Any]]) -> Table:
     table = Table(title="by category of the reference's pairs", show_edge=False, pad_edge=False)
     for column in ("category", "groups", "pairs", "pairwise", "95% interval"):
         table.add_column(column, justify="left" if column == "category" else "right")
     for name, figures in categories.items():
         table.add_row(
-            name,
+            cell(name),
             str(figures["groups"]),
             str(figures["scored_pairs"]),
             _fmt(figures["pairwise_accuracy"]),
@@ -177,16 +200,16 @@ def category_table(categories: dict[str, dict[str, Any]]) -> Table:
 
 
 def score_table(evaluation: harness.Evaluation) -> Table:
-    table = Table(title=f"grader {evaluation.grader}", show_edge=False, pad_edge=False)
+    table = Table(title=cell(f"grader {evaluation.grader}"), show_edge=False, pad_edge=False)
     columns = ("group", "status", "pairs", "pairwise", "tau", "top-1", "inversions", "tokens", "seconds")
     for column in columns:
         left = column in ("group", "status")
         table.add_column(column, justify="left" if left else "right", no_wrap=column == "group")
 
-    def row(name: str, status: str, figures: dict[str, Any]) -> list[str]:
+    def row(name: str, status: str, figures: dict[str, Any]) -> list[Text | str]:
         return [
-            name,
-            status,
+            cell(name),
+            cell(status),
             str(figures["scored_pairs"]),
             _fmt(figures["pairwise_accuracy"]),
             _fmt(figures["kendall_tau"], signed=True),
@@ -201,7 +224,8 @@ def score_table(evaluation: harness.Evaluation) -> Table:
     overall = evaluation.overall()
     if len(evaluation.groups) > 1:
         table.add_row(
-            *row("overall", f"{overall['graded']}/{overall['groups']} graded", overall), style="bold"
+            *row("overall (time summed)", f"{overall['graded']}/{overall['groups']} graded", overall),
+            style="bold",
         )
     return table
 
@@ -215,7 +239,7 @@ def kind_table(kinds: dict[str, dict[str, Any]]) -> Table:
     ):
         severity = degrading.SEVERITY.get(kind)
         table.add_row(
-            kind, str(severity or "-"), str(figures["scored_pairs"]), _fmt(figures["pairwise_accuracy"])
+            cell(kind), str(severity or "-"), str(figures["scored_pairs"]), _fmt(figures["pairwise_accuracy"])
         )
     return table
 
@@ -226,7 +250,7 @@ def consistency_table(summary: dict[str, Any]) -> Table:
         table.add_column(column, justify="left" if column == "group" else "right", no_wrap=column == "group")
     for gid, g in summary["groups"].items():
         table.add_row(
-            gid,
+            cell(gid),
             f"{g['gradings']}/{g['k']}",
             _fmt(g["agreement"], signed=True),
             _fmt(g["first_ranked_first"]),
@@ -244,147 +268,6 @@ def consistency_table(summary: dict[str, Any]) -> Table:
             style="bold",
         )
     return table
-
-
-def cmd_bench_check(args: argparse.Namespace) -> int:
-    """`gagar bench check`: validate a benchmark, show its counts and label agreement, run its probes."""
-    from grader.evaluation.probes import run_probes
-
-    console = Console()
-    bench = load_benchmark(resolve_bench(args.bench, args.track))
-    counts = bench.counts()
-    console.print(
-        f"benchmark {bench.name} ({bench.root}): {len(bench.groups)} groups, "
-        f"{len(set(bench.instances.values()))} instances; dev {len(bench.group_ids('dev'))} groups, "
-        f"test {len(bench.group_ids('test'))}"
-        + (" [format example]" if bench.manifest.get("example") else ""),
-        highlight=False,
-    )
-    table = Table(title="reference pairs", show_edge=False, pad_edge=False)
-    for column in ("by", "value", "pairs"):
-        table.add_column(column, justify="right" if column == "pairs" else "left")
-    for by in ("repository", "category", "kind", "split"):
-        for value, number in sorted(counts[by].items()):
-            table.add_row(by, value, str(number))
-    console.print(table)
-    agreement = bench.agreement()
-    console.print(
-        f"double labels: {agreement.agreed}/{agreement.pairs} pairs agreed ({_fmt(agreement.rate)}); "
-        f"left out: {', '.join(f'{g}: {a} / {b}' for g, a, b in agreement.disagreed) or 'none'}",
-        highlight=False,
-    )
-    report: dict[str, Any] = {
-        "name": bench.name,
-        "counts": {by: dict(counter) for by, counter in counts.items()},
-        "label_agreement": {"pairs": agreement.pairs, "agreed": agreement.agreed, "rate": agreement.rate},
-    }
-    holds = True
-    if not args.no_probes and bench.probes:
-        results = run_probes(bench, backend=args.backend)
-        probes = Table(title=f"probes ({args.backend} sandbox)", show_edge=False, pad_edge=False)
-        for column in ("group", "better > worse", "probe", "holds", "result"):
-            probes.add_column(column)
-        for r in results:
-            probes.add_row(
-                r.probe.group_id,
-                f"{r.probe.better} > {r.probe.worse}",
-                r.probe.script.name,
-                "yes" if r.holds else "NO",
-                r.summary(),
-            )
-        console.print(probes)
-        holds = all(r.holds for r in results)
-        report["probes"] = [
-            {
-                "group_id": r.probe.group_id,
-                "better": r.probe.better,
-                "worse": r.probe.worse,
-                "script": str(r.probe.script.relative_to(bench.root)),
-                "holds": r.holds,
-                "result": r.summary(),
-                "better_output": r.better.to_dict() if r.better else None,
-                "worse_output": r.worse.to_dict() if r.worse else None,
-            }
-            for r in results
-        ]
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.out / "check.json", json.dumps(report, indent=2) + "\n")
-        console.print(f"-> {args.out / 'check.json'}", highlight=False)
-    return 0 if holds else 1
-
-
-def cmd_bench_prepare(args: argparse.Namespace) -> int:
-    """`gagar bench prepare`: read a recipe's sources at their pinned commits, check every sha256 and write
-    its tracks into the cache (grader.evaluation.prepare).
-
-    Raises:
-        InputFileError: no such recipe, or a --source that is not OWNER/NAME=PATH.
-    """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    recipe_dir = find_recipe(args.bench)
-    if recipe_dir is None:
-        raise InputFileError(
-            f"no recipe {args.bench!r} (a folder with recipe.json) in {args.bench} or the benchmark folders"
-        )
-    recipe = load_recipe(recipe_dir)
-    if args.list_sources:
-        print("\n".join(recipe.repositories()))
-        return 0
-    given: dict[str, Path] = {}
-    for item in args.source:
-        repository, sep, path = item.partition("=")
-        if not sep or repository.count("/") != 1:
-            raise InputFileError(f"--source {item!r}: give OWNER/NAME=PATH")
-        given[repository] = Path(path)
-    locator = SourceLocator(roots=list(args.source_root), given=given, online=not args.offline)
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("prepare {task.fields[name]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("prepare", total=None, name=recipe.name, last="locating sources")
-
-        def progress(what: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, last=what)
-
-        result = prepare(recipe, locator, partial=args.partial, progress=progress)
-    out = Console()
-    for track, figures in result.tracks.items():
-        out.print(
-            f"{recipe.name}/{track}: {figures['groups']} groups, {figures['candidates']} candidates, "
-            f"{figures['pairs']} pairs -> {result.root / track}",
-            highlight=False,
-        )
-    if result.resumed:
-        out.print(f"{result.resumed} steps were already done (resumed)", highlight=False)
-    absent = [i for i in result.skipped if i not in result.unreadable]
-    if absent:
-        out.print(
-            f"[yellow]{len(absent)} instances left out: their task repository is not here "
-            f"(`gagar bench prepare {recipe.name} --list-sources`)[/]",
-            highlight=False,
-        )
-    for instance, why in sorted(result.unreadable.items()):
-        out.print(
-            f"[yellow]left out {instance}: its base tree cannot be read whole: {why}[/]", highlight=False
-        )
-    if "preference" not in result.tracks:
-        out.print("preference track: no labelled pairs yet (references.jsonl is empty)", highlight=False)
-    return 0
-
-
-def cmd_bench_bundle(args: argparse.Namespace) -> int:
-    """`gagar bench bundle`: a base tree as a single-root-commit bundle, and its provenance record."""
-    record = bundle_base_tree(args.source, args.commit, args.out, args.repository)
-    print(json.dumps({str(args.out): record}, indent=2))
-    return 0
 
 
 def cmd_reference_consensus(args: argparse.Namespace) -> int:
@@ -407,34 +290,55 @@ def cmd_reference_consensus(args: argparse.Namespace) -> int:
         kept = len(references[g.group_id].preferences) if g.group_id in references else 0
         failed = f", {len(g.failures)} failed" if g.failures else ""
         console.print(
-            f"{g.group_id}: {len(g.rankings)}/{g.k} gradings{failed}, "
-            f"agreement {_fmt(g.agreement, signed=True)}, {kept} pairs agreed by at least {args.threshold:g}",
+            cell(
+                f"{g.group_id}: {len(g.rankings)}/{g.k} gradings{failed}, agreement "
+                f"{_fmt(g.agreement, signed=True)}, {kept} pairs agreed by at least {args.threshold:g}"
+            ),
             highlight=False,
         )
     for item in items:
         if isinstance(item, LoadFailure):
-            console.print(f"[yellow]{item}[/]", highlight=False)
-    console.print(f"-> {args.out}", highlight=False)
+            console.print(cell(item, style="yellow"), highlight=False)
+    console.print(cell(f"-> {args.out}"), highlight=False)
     return 0 if len(references) == len(groups) and all(isinstance(i, Group) for i in items) else 1
 
 
 def cmd_degrade(args: argparse.Namespace) -> int:
-    console = Console()
+    """`gagar degrade`: write the variants and their reference into a new folder (an existing one with
+    --force only), print each group's variants and where they went.
+
+    Raises:
+        InputFileError: --out already holds files and --force is not given (nothing is written).
+    """
+    console = Console(soft_wrap=True)
+    held = sorted(entry.name for entry in args.out.iterdir()) if args.out.is_dir() else []
+    if args.out.exists() and not args.out.is_dir():
+        raise InputFileError(f"--out {args.out}: a file, not a folder")
+    if held and not args.force:
+        raise InputFileError(
+            f"--out {args.out} already holds {', '.join(held[:5])}{', ...' if len(held) > 5 else ''}: "
+            "give a new folder, or --force to overwrite its groups.jsonl and reference.json"
+        )
     degradations = degrading.degrade_file(args.group_file, args.clean, args.kinds)
     groups_path, reference_path = degrading.write_degradations(degradations, args.out)
     for d in degradations:
-        table = Table(title=f"{d.group.group_id}: variants of {d.clean_id}", show_edge=False, pad_edge=False)
+        title = cell(f"{d.group.group_id}: variants of {d.clean_id}")
+        table = Table(title=title, show_edge=False, pad_edge=False)
         for column in ("trajectory", "kind", "severity", "what changed"):
             table.add_column(
                 column, justify="right" if column == "severity" else "left", no_wrap=column == "trajectory"
             )
         for v in d.variants:
-            table.add_row(v.trajectory_id, v.kind, str(v.severity), v.note)
+            table.add_row(cell(v.trajectory_id), cell(v.kind), str(v.severity), cell(v.note))
         console.print(table)
         for kind, reason in d.skipped.items():
-            console.print(f"  [yellow]skipped {kind}[/]: {reason}", highlight=False)
-        console.print(f"  reference: {' > '.join(' = '.join(tier) for tier in d.reference)}", highlight=False)
-    console.print(f"-> {groups_path}, {reference_path}", highlight=False)
+            console.print(cell(f"  skipped {kind}: {reason}", style="yellow"), highlight=False)
+        order = " > ".join(" = ".join(tier) for tier in d.reference)
+        console.print(cell(f"  reference: {order}"), highlight=False)
+    variants = sum(len(d.variants) for d in degradations)
+    groups = f"{len(degradations)} group{'s' if len(degradations) != 1 else ''}"
+    written = f"{groups_path.name}, {reference_path.name}"
+    console.print(cell(f"wrote {variants} variants of {groups} to {args.out}: {written}"), highlight=False)
     return 0
 
 
@@ -458,8 +362,8 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument(
         "--bench",
         metavar="NAME_OR_PATH",
-        help="a benchmark folder, or a name looked up in $GAGAR_BENCHMARKS, ./benchmarks, the repository's "
-        "benchmarks/ and ../shared/benchmarks",
+        help="a benchmark folder, or its name: looked up in $GAGAR_BENCHMARKS, ./benchmarks and gagar's own "
+        "benchmarks/ (a recipe benchmark once gagar bench prepare has prepared it)",
     )
     evaluate.add_argument("--split", choices=SPLITS, help="only this split of the benchmark (default: all)")
     evaluate.add_argument(
@@ -491,60 +395,7 @@ def register(subparsers: Any) -> None:
     add_grading_arguments(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 
-    bench_commands = command_group(
-        subparsers, "bench", "grader benchmarks: check one (format, counts, probes)"
-    )
-    check = bench_commands.add_parser(
-        "check", help="validate a benchmark, show its counts and label agreement, run every probe on its pair"
-    )
-    check.add_argument("bench", metavar="NAME_OR_PATH", help="a benchmark folder or name (see eval --bench)")
-    check.add_argument("--backend", default="docker", help="sandbox backend the probes run in")
-    check.add_argument("--no-probes", action="store_true", help="validate and count only")
-    check.add_argument("--out", type=Path, help="also write check.json there")
-    check.add_argument("--track", choices=TRACKS, help="a prepared recipe's track (default preference)")
-    check.set_defaults(func=cmd_bench_check)
-    prep = bench_commands.add_parser(
-        "prepare",
-        help="materialize a recipe benchmark into the cache from its public sources, checking every sha256",
-    )
-    prep.add_argument("bench", metavar="NAME_OR_PATH", help="a recipe folder or name (benchmarks/NAME)")
-    prep.add_argument(
-        "--source-root",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a folder holding source repositories as OWNER/NAME git dirs, bare or not (repeatable)",
-    )
-    prep.add_argument(
-        "--source",
-        action="append",
-        default=[],
-        metavar="OWNER/NAME=PATH",
-        help="one source repository's local git copy (repeatable)",
-    )
-    prep.add_argument(
-        "--list-sources", action="store_true", help="print every OWNER/NAME the recipe needs and exit"
-    )
-    prep.add_argument(
-        "--offline",
-        action="store_true",
-        help="never clone a missing source from https://github.com/OWNER/NAME",
-    )
-    prep.add_argument(
-        "--partial",
-        action="store_true",
-        help="prepare the instances whose task repository is here and list the others",
-    )
-    prep.set_defaults(func=cmd_bench_prepare)
-    bundle = bench_commands.add_parser(
-        "bundle", help="write a base tree as a bundle of one root commit; print its provenance record"
-    )
-    bundle.add_argument("source", type=Path, help="a local git repository holding the base commit")
-    bundle.add_argument("commit", help="the upstream base commit")
-    bundle.add_argument("--repository", required=True, help="the upstream repository's name (owner/name)")
-    bundle.add_argument("--out", required=True, type=Path, help="the bundle to write (NAME/bundles/X.bundle)")
-    bundle.set_defaults(func=cmd_bench_bundle)
+    register_bench(subparsers)
 
     reference_commands = command_group(subparsers, "reference", "make references (see docs/benchmark.md)")
     consensus = reference_commands.add_parser(
@@ -571,7 +422,14 @@ def register(subparsers: Any) -> None:
         "--clean", required=True, metavar="TRAJECTORY_ID", help="the clean passing trajectory"
     )
     degrade.add_argument(
-        "--out", required=True, type=Path, help="where groups.jsonl and reference.json are written"
+        "--out",
+        required=True,
+        type=Path,
+        help="a new folder for groups.jsonl and reference.json (an existing one that holds files: with "
+        "--force only)",
+    )
+    degrade.add_argument(
+        "--force", action="store_true", help="overwrite groups.jsonl and reference.json in an existing --out"
     )
     degrade.add_argument(
         "--kinds",

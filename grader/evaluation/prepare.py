@@ -152,7 +152,7 @@ def prepare(
         locator: where the source repositories are (and whether to clone them).
         partial: prepare the instances whose task repository is here and list the others, rather than stop.
         mirrors: the mirror cache seeded with the task repositories (the shared one by default).
-        progress: called with (what, done, total) after each step.
+        progress: called with (what, done, total) as each step starts and after it ends.
 
     Returns:
         What was written.
@@ -195,13 +195,19 @@ def prepare(
             if progress:
                 progress(what, done, steps)
 
+        def begin(what: str) -> None:  # a step can take minutes (a mirror): say which one runs
+            if progress:
+                progress(what, done, steps)
+
         unreadable: dict[str, str] = {}
         texts: dict[str, str] = {}
         for f in recipe.files.values():
+            begin(f"reading {f.id}")
             texts[f.id] = _checked_text(f, locations[f.repository])
             tick(f.id)
         rows: dict[str, dict[str, Any]] = {}
         for instance in instances:
+            begin(f"instance {instance.id}")
             cached = state.get(f"row:{instance.id}")
             if cached is not None:
                 report.resumed += 1
@@ -224,6 +230,7 @@ def prepare(
             tick(instance.id)
         for repository in sorted({i.repository for i in instances}):
             commits = sorted({i.base_commit for i in instances if i.repository == repository})
+            begin(f"seeding the mirror of {repository} ({len(commits)} base commits)")
             key = f"mirror:{repository}:{sha256_text(' '.join(commits))}"
             broken = state.get(key)
             mirror = mirrors.path_for(github_url(repository))  # read as it is: never cloned or fetched here
@@ -248,6 +255,7 @@ def prepare(
         instances = [i for i in instances if i.id not in unreadable]
         report.skipped += sorted(unreadable)
         report.unreadable = unreadable
+        begin("writing the tracks")
         patches = _checked_patches(recipe, texts, {i.id for i in instances})
         report.tracks["verification"] = _write_verification(
             recipe, instances, rows, patches, _owned(out / "verification")

@@ -19,6 +19,7 @@ from pathlib import Path
 from grader.errors import GitError, InputFileError
 from grader.util.cachedirs import data_cache
 from grader.util.untrusted import UnsafeValue, contained, repository_name
+from grader.workspace import sources
 from grader.workspace.gitcmd import git, git_stream
 from grader.workspace.gitcmd import out as git_out
 
@@ -55,16 +56,9 @@ def _is_git_dir(path: Path) -> bool:
 
 
 def candidate_paths(repository: str, root: Path) -> list[Path]:
-    """Where a source root may hold OWNER/NAME: OWNER/NAME, OWNER/NAME.git, OWNER+NAME and OWNER+NAME/repo."""
-    owner, name = repository.split("/", 1)
-    flat = root / f"{owner}+{name}"
-    return [
-        root / owner / name,
-        root / owner / f"{name}.git",
-        flat,
-        flat / "repo",
-        root / f"{owner}+{name}.git",
-    ]
+    """Where a source root may hold OWNER/NAME (`grader.workspace.sources`: OWNER/NAME documented,
+    OWNER__NAME, OWNER+NAME and their .git forms accepted)."""
+    return sources.candidate_paths(repository, root)
 
 
 @dataclass

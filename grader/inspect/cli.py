@@ -61,7 +61,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add `show`, `report`, `trend` and `diff` to an argparse subparsers object (gagar's `build_parser`)."""
     parser = subparsers.add_parser("show", help="summarize a run, or show one group's decision in full")
-    parser.add_argument("run_dir", type=Path, help="run directory of `gagar grade --out`")
+    parser.add_argument("run_dir", type=Path, help="a run folder: the --out of gagar grade or gagar eval")
     parser.add_argument("group_id", nargs="?", help="a group to show in full (default: the run summary)")
     parser.add_argument(
         "--full", action="store_true", help="print long messages, tool results and patches whole"
@@ -72,7 +72,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=cmd_show)
 
     parser = subparsers.add_parser("report", help="write a run as one self-contained HTML file")
-    parser.add_argument("run_dir", type=Path, help="run directory of `gagar grade --out`")
+    parser.add_argument("run_dir", type=Path, help="a run folder: the --out of gagar grade or gagar eval")
     parser.add_argument("-o", "--output", type=Path, help=f"where to write it (default: RUN_DIR/{REPORT})")
     parser.set_defaults(func=cmd_report)
 
@@ -105,7 +105,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=cmd_trend)
 
     parser = subparsers.add_parser("diff", help="what distinguishes two candidates of a group")
-    parser.add_argument("run_dir", type=Path, help="run directory of `gagar grade --out`")
+    parser.add_argument("run_dir", type=Path, help="a run folder: the --out of gagar grade or gagar eval")
     parser.add_argument("group_id")
     parser.add_argument("a", help="trajectory id")
     parser.add_argument("b", help="trajectory id, compared against A")

@@ -104,7 +104,7 @@ class SimulationConfig:
     steps: int = 1000
     """Training steps."""
     seeds: int = 8
-    """Independent runs per arm; seed ``s`` uses the random stream ``(seed, s)``."""
+    """Independent runs per arm, each with its own random stream drawn from the base seed."""
     seed: int = 0
     """Base seed."""
     groups: int = 16

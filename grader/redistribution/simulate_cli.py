@@ -256,8 +256,8 @@ def register(subparsers: Any) -> None:
         "simulate",
         help="a seeded GRPO simulation: plain GRPO vs GAGAR with and without sum preservation",
         description="A simulation, not a training run: a softmax policy over scripted code-agent behaviours "
-        "(see grader/redistribution/simulate.py). Writes table.txt, simulation.json and simulation.png "
-        "to --out.",
+        "(docs/redistribution.md describes them). Writes table.txt, simulation.json and simulation.png "
+        "(with the plot extra) to --out, and prints the table and the time it took.",
     )
     parser.add_argument("--out", required=True, type=Path, help="folder for table.txt, simulation.json, .png")
     add_config_arguments(parser, SimulationConfig)

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.cli.options import command_group
-from grader.sandbox.base import BACKENDS
+from grader.sandbox.base import BACKENDS, Limits
+from grader.sandbox.local import LEVELS
 
 
 def register(subparsers: Any) -> None:
@@ -18,15 +19,19 @@ def register(subparsers: Any) -> None:
 
     run = actions.add_parser(
         "exec",
-        help="run COMMAND on TARGET (base or a trajectory id) of a group; prints the result as JSON",
-        description="Example: gagar sandbox exec group.json base -- python -m pytest -q",
+        help="run COMMAND on TARGET (base or a trajectory id) of a group; prints the result as JSON and "
+        "exits with the command's own status",
+        description="Runs one command on a group's tree in a sandbox and prints its result (exit code, "
+        "output, time) as JSON. The exit status is the command's own (124 when it ran past --timeout); "
+        "3 when the sandbox cannot run it. Options may come before or after TARGET; the command comes "
+        "last, after -- (or from the first word that is not an option).",
     )
     run.add_argument("group_file", type=Path)
     run.add_argument("target", help='"base" or a trajectory id')
     _add_exec_options(run)
     # argparse cannot take options between positionals and a `--` list: take the rest raw, split it ourselves.
     run.add_argument(
-        "rest", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- COMMAND...",
+        "rest", nargs=argparse.REMAINDER, metavar="[OPTIONS] [--] COMMAND...",
         help="one word is a shell command line (run by sh -c), several are an argv",
     )  # fmt: skip
     run.set_defaults(func=_cmd_exec)
@@ -65,20 +70,50 @@ def register(subparsers: Any) -> None:
 
 
 def _add_exec_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--group", help="the group's id when the file holds several")
-    parser.add_argument("--backend", choices=BACKENDS.names(), default="docker")
-    parser.add_argument("--isolation", help="local backend: auto (default), bubblewrap, namespaces or none")
-    parser.add_argument("--image", help="docker image (default: the task's own, else gagar/python)")
-    parser.add_argument("--timeout", type=float, help="seconds (default: Limits.timeout)")
+    parser.add_argument("--group", help="the group's id, when the file holds several")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS.names(),
+        default="docker",
+        help="docker: a container (default); local: this machine, in namespaces",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=("auto", *LEVELS),
+        help="local backend only: how the command is isolated (default: auto, the strongest level this "
+        "machine offers)",
+    )
+    parser.add_argument(
+        "--image", help="Docker image to run in (default: the task's own image, else gagar/python)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"longest the command may run (default: {Limits().timeout:g} seconds)",
+    )
+
+
+_TAKES_VALUE = ("--group", "--backend", "--isolation", "--image", "--timeout")
 
 
 def _split_rest(args: argparse.Namespace) -> list[str]:
-    """Parse options found after TARGET into `args`; the command's argv."""
+    """Parse the options found after TARGET into `args` and return the command's argv: everything after
+    `--`, else everything from the first word that is not one of `sandbox exec`'s options."""
     rest = list(args.rest)
-    if "--" not in rest:
-        return rest
-    cut = rest.index("--")
-    options, argv = rest[:cut], rest[cut + 1 :]
+    options: list[str] = []
+    index = 0
+    while index < len(rest):
+        word = rest[index]
+        if word == "--":
+            index += 1
+            break
+        name = word.split("=", 1)[0]
+        if name not in _TAKES_VALUE:
+            break
+        taken = 1 if "=" in word else 2
+        options += rest[index : index + taken]
+        index += taken
     if options:
         late = argparse.ArgumentParser(prog="gagar sandbox exec", add_help=False)
         _add_exec_options(late)
@@ -86,19 +121,29 @@ def _split_rest(args: argparse.Namespace) -> list[str]:
         for name, value in vars(parsed).items():
             if value != late.get_default(name):
                 setattr(args, name, value)
-    return argv
+    return rest[index:]
+
+
+def exit_status(result: Any) -> int:
+    """The status `sandbox exec` exits with for a command's result: its own exit code, 124 when it was
+    stopped at its timeout (as timeout(1) does), 128 + N when signal N ended it."""
+    if result.timed_out:
+        return 124
+    code = int(result.exit_code)
+    if code < 0:
+        return 128 + (-code)
+    return code if code <= 255 else 255
 
 
 def _cmd_exec(args: argparse.Namespace) -> int:
     from grader.errors import EnvironmentBuildError
     from grader.groups.formats import load_group_file
     from grader.sandbox import SandboxError, open_sandbox
-    from grader.sandbox.base import Limits
     from grader.workspace.workspace import open_workspace
 
     argv = _split_rest(args)
     if not argv:
-        raise ValueError("no command given: sandbox exec GROUP_FILE TARGET -- COMMAND...")
+        raise ValueError("no command given: gagar sandbox exec GROUP_FILE TARGET [OPTIONS] -- COMMAND...")
     groups = load_group_file(args.group_file)
     if args.group is not None:
         groups = [g for g in groups if g.group_id == args.group]
@@ -132,7 +177,7 @@ def _cmd_exec(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     print(json.dumps(result.to_dict(), indent=2))
-    return 0
+    return exit_status(result)
 
 
 def _task_image(group: Any, workspace: Any, backend: str, image: str | None) -> str | None:

@@ -19,6 +19,7 @@ from grader.sandbox.environments import tree_setup
 from grader.sandbox.recipes import InstallRecipeError, SpecTables, recipe_for, test_command_for
 from grader.util.jsontext import loads
 from grader.util.untrusted import UnsafeValue, commit_id, repository_name
+from grader.workspace.sources import check_source_root
 
 log = logging.getLogger(__name__)
 
@@ -128,15 +129,17 @@ def import_swebench(
     """One group per instance, one trajectory per predictions file that has that instance.
 
     `predictions[i]` pairs with `results[i]` (the harness report whose resolved ids say what passed).
-    A trajectory's id is the prediction's `model_name_or_path` (else the file's stem). The task repository is
-    `repo_root/<owner>__<name>` when `repo_root` is given, else `https://github.com/<owner>/<name>`.
+    A trajectory's id is the prediction's `model_name_or_path` (else the file's stem). The task repository
+    is its git copy in `repo_root` when given (`repo_root/OWNER/NAME`, or `OWNER__NAME`:
+    grader.workspace.sources), else `https://github.com/OWNER/NAME`.
     Instances no prediction covers are left out. Each task carries its environment (`swebench_environment`,
     read from `tables`, by default the pinned swebench package's).
 
     Raises:
         InputFileError: (a ValueError) the predictions and results files do not pair up, a prediction
             names an instance the instances file lacks (the message names both files), a file is not JSON,
-            or an instance's `repo` is not OWNER/NAME or its `base_commit` not 40 hex digits (named).
+            an instance's `repo` is not OWNER/NAME or its `base_commit` not 40 hex digits (named), or
+            `repo_root` lacks a repository the instances need (the message names each and the layout).
     """
     if len(predictions) != len(results):
         raise InputFileError(
@@ -163,15 +166,12 @@ def import_swebench(
                     metadata={"predictions_file": str(prediction_path)},
                 )
             )
+    local = _local_copies(repo_root, {by_instance[i]["repo"] for i in trajectories}) if repo_root else {}
     groups = []
     for instance_id, trajs in trajectories.items():
         instance = by_instance[instance_id]
         owner_name = instance["repo"]
-        repo = (
-            str(Path(repo_root) / owner_name.replace("/", "__"))
-            if repo_root is not None
-            else f"https://github.com/{owner_name}"
-        )
+        repo = str(local[owner_name]) if repo_root is not None else f"https://github.com/{owner_name}"
         task = Task(
             repo=repo,
             base_commit=instance["base_commit"],
@@ -181,3 +181,16 @@ def import_swebench(
         )
         groups.append(complete_group(Group(group_id=instance_id, task=task, trajectories=trajs)))
     return groups
+
+
+def _local_copies(repo_root: Path | str, repositories: set[str]) -> dict[str, Path]:
+    """Each OWNER/NAME's git copy under `repo_root`; InputFileError naming every one that is not there."""
+    root = Path(repo_root)
+    found = check_source_root(root, repositories, "--repo-root")
+    missing = sorted(repositories - set(found))
+    if missing:
+        raise InputFileError(
+            f"--repo-root {root}: no git copy of {', '.join(missing)} (looked for {root}/OWNER/NAME and "
+            f"{root}/OWNER__NAME)"
+        )
+    return found

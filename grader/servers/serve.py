@@ -11,14 +11,17 @@ Ctrl-C (or SIGTERM) stops it; so does the server's own exit, with its exit code.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from types import FrameType
 
+from grader.errors import GagarError
 from grader.graders.llm.prompts import chat_template_path
 from grader.servers.llamacpp import (
     MODEL_ALIAS,
@@ -27,12 +30,18 @@ from grader.servers.llamacpp import (
     cache_root,
     ensure_binary,
     ensure_model,
+    free_port,
+    log_tail,
+    port_taken,
 )
 from grader.servers.llamacpp_python import LlamaCppPythonServer, ensure_package
 
 SERVERS = ("llama.cpp", "llama-cpp-python")
 DEFAULT_PORT = 8080
 DEFAULT_CONTEXT = 16384
+MIN_CONTEXT = 512
+"""Smallest --context taken: below it no grading prompt fits (0 would make llama.cpp take the model's own
+training context, 32,768 tokens for Gemma 3 270M, without saying so)."""
 
 
 def _say(line: str) -> None:
@@ -43,6 +52,86 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # the same way out as Ctrl-C: the `finally` stops the server
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_threads(cores: int | None = None, load: float | None = None) -> int:
+    """The thread count `gagar serve` uses unless --threads says: the cores that are free now, at least one.
+
+    llama.cpp's threads meet at a barrier every layer, so one thread that waits for a busy core stalls all of
+    them: on a machine whose cores are taken, more threads are slower, not faster (bench/serve_threads.py
+    measures it; docs/llm-grader.md has the figures). Free cores are the usable cores less the one-minute
+    load average, rounded; an idle machine gets every core.
+
+    Args:
+        cores: usable cores (default: `usable_cores()`).
+        load: runnable processes, as the one-minute load average (default: the machine's now).
+
+    Returns:
+        A thread count from 1 to `cores`.
+    """
+    cores = usable_cores() if cores is None else cores
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load average here: assume the machine is free
+            load = 0.0
+    return max(1, min(cores, round(cores - load)))
+
+
+def _what_answers(port: int) -> str:
+    """A few words on the program holding `port`: the models an OpenAI-compatible server there lists."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=3) as reply:
+            models = [str(m.get("id")) for m in json.loads(reply.read()).get("data", [])]
+        return f"an OpenAI-compatible server serving {', '.join(models) or 'no model'}"
+    except (OSError, ValueError, AttributeError):
+        return "a program that is not an OpenAI-compatible server"
+
+
+def check_request(args: argparse.Namespace) -> None:
+    """Refuse, before anything is built or started, what cannot work; choose a free port for `--port 0`.
+
+    Raises:
+        ServeError: the port is taken, the context too small, the threads not positive, or the model file
+            missing or not a GGUF (each message names the value and what to do).
+    """
+    if args.context < MIN_CONTEXT:
+        raise ServeError(
+            f"--context {args.context}: give the context size in tokens, at least {MIN_CONTEXT:,} "
+            f"(default {DEFAULT_CONTEXT:,})"
+        )
+    if args.threads is not None and args.threads < 1:
+        raise ServeError(f"--threads {args.threads}: give one thread or more")
+    if not 0 <= args.port <= 65535:
+        raise ServeError(f"--port {args.port}: give a port from 1 to 65535 (0: any free port)")
+    if args.port == 0:
+        args.port = free_port()
+        _say(f"--port 0: port {args.port} is free now; the server will listen there")
+    elif port_taken(args.port):
+        raise ServeError(
+            f"port {args.port} on 127.0.0.1 is taken by {_what_answers(args.port)}, which gagar serve did "
+            f"not start: stop it, or serve on another --port (0 picks a free one)"
+        )
+    if args.model_file is not None:
+        model: Path = args.model_file
+        if not model.is_file():
+            raise ServeError(f"--model-file {model}: {'a folder' if model.is_dir() else 'no such file'}")
+        with model.open("rb") as head:
+            magic = head.read(4)
+        if magic != b"GGUF":
+            raise ServeError(f"--model-file {model}: not a GGUF model (it does not start with GGUF)")
+
+
+class ServeError(GagarError, ValueError):
+    """What `gagar serve` was asked cannot work; the message names the option, the value and the fix."""
+
+
 def start_server(args: argparse.Namespace, log: Path) -> LlamaServer | LlamaCppPythonServer:
     """Build or reuse the chosen server and start it as the arguments say; progress goes to stderr.
 
@@ -51,17 +140,19 @@ def start_server(args: argparse.Namespace, log: Path) -> LlamaServer | LlamaCppP
     """
     model = args.model_file or ensure_model()
     alias = args.model_file.stem if args.model_file else MODEL_ALIAS
-    threads = args.threads or os.cpu_count() or 2
     if args.server == "llama-cpp-python":
-        site = ensure_package()
+        built = ensure_package()
+        threads = _threads(args)
         server: LlamaServer | LlamaCppPythonServer = LlamaCppPythonServer(
-            site, model, context=args.context, threads=threads, alias=alias, log_path=log, port=args.port
+            built, model, context=args.context, threads=threads, alias=alias, log_path=log, port=args.port
         )
     else:
         # The shipped template is Gemma 3's with tool calls: for the bundled model, or when asked for.
         template = args.chat_template or (None if args.model_file else chat_template_path())
+        built = ensure_binary()
+        threads = _threads(args)
         server = LlamaServer(
-            ensure_binary(),
+            built,
             model,
             context=args.context,
             threads=threads,
@@ -70,13 +161,32 @@ def start_server(args: argparse.Namespace, log: Path) -> LlamaServer | LlamaCppP
             alias=alias,
             port=args.port,
         )
-    _say(f"starting {args.server} on port {args.port} (log: {log})")
+    _say(f"{args.server}: {built} (built once for this machine; every later run reuses it)")
+    _say(f"starting {args.server} on port {args.port}, {threads} thread(s) (log: {log})")
     return server.start()
+
+
+def _threads(args: argparse.Namespace) -> int:
+    """--threads, else the free cores now (after any build, whose load the average still carries)."""
+    if args.threads is not None:
+        return args.threads
+    cores = usable_cores()
+    threads = default_threads(cores)
+    _say(
+        f"{threads} thread(s): {cores} core(s), load average {os.getloadavg()[0]:.1f} "
+        "(the free cores; --threads sets it)"
+    )
+    return threads
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     # A first build takes minutes: its steps (logged by grader.servers.llamacpp) go to the terminal.
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        check_request(args)  # at once: not after a build of minutes
+    except ServeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     log = args.log or cache_root() / "serve" / f"{args.server}-{args.port}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
@@ -99,7 +209,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         while server.process is not None and server.process.poll() is None:
             time.sleep(0.5)
         code = server.process.returncode if server.process is not None else 1
-        print(f"error: {args.server} exited with {code}; see {log}", file=sys.stderr)
+        print(f"error: {args.server} exited with {code}{log_tail(log)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         _say(f"stopping {args.server}")
@@ -116,21 +226,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser(
         "serve",
         help="build or reuse a local llama.cpp server and serve a model for --grader llm",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description="Serves Gemma 3 270M (or --model-file) with llama.cpp's server on 127.0.0.1 until "
+        "Ctrl-C, and prints the --model and --base-url to give gagar grade --grader llm. The first run "
+        "builds the server (minutes; it prints its progress and an estimate for this machine); later runs "
+        "reuse the build, kept in the gagar cache.",
     )
     serve.add_argument(
         "--server", choices=SERVERS, default="llama.cpp", help="which server (default: llama.cpp)"
     )
     serve.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT})"
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port on 127.0.0.1 (default: {DEFAULT_PORT}; 0: any free port, printed)",
     )
     serve.add_argument(
         "--context",
         type=int,
         default=DEFAULT_CONTEXT,
-        help=f"context size in tokens (default {DEFAULT_CONTEXT:,})",
+        help=f"context size in tokens, at least {MIN_CONTEXT:,} (default: {DEFAULT_CONTEXT:,})",
     )
-    serve.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    serve.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads (default: the cores free when it starts, the usable cores less the load average, "
+        "at least 1: on busy cores one thread is faster than several)",
+    )
     serve.add_argument(
         "--model-file",
         type=Path,

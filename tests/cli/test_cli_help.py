@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import warnings
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +98,54 @@ def test_the_token_options_say_what_they_limit_and_the_old_spellings_warn() -> N
     assert "--max-tokens " not in help_text and "--max-output-tokens" not in help_text
     unset = build_parser().parse_args(grade)
     assert (unset.tokens, unset.max_output_tokens) == (Budgets().tokens, Budgets().max_output_tokens)
+
+
+ACRONYMS = {"API", "CPU", "GGUF", "GRPO", "HTML", "JSON", "JSONL", "LLM", "PNG", "SGD", "URL", "SWE", "SFT"}
+PLACEHOLDERS = {"DIR", "NAME", "OWNER", "OWNER__NAME", "RUN_DIR", "TARGET", "GROUP", "COMMAND", "SECONDS"}
+ENVIRONMENT = {"OPENAI_API_KEY", "$GAGAR_BENCHMARKS", "GAGAR_SERVER_CACHE"}
+
+
+def test_help_speaks_to_users_not_in_the_codes_words() -> None:
+    parser = build_parser()
+    for name, command in {"": parser, **commands(parser)}.items():
+        texts = [command.description or ""] + [
+            action.help or "" for action in command._actions if action.help != argparse.SUPPRESS
+        ]
+        for text in texts:
+            where = (name, text)
+            assert "`" not in text, where  # markdown or RST quoting, shown as is on a terminal
+            assert "../" not in text and "grader/" not in text and ".py" not in text, where
+            assert not re.search(r"\b[A-Z][a-z]+[A-Z]?[a-z]*\.[a-z_]+\b", text), where  # Limits.timeout
+            capitals = set(re.findall(r"\$?\b[A-Z][A-Z0-9_]{2,}\b", text))
+            assert capitals <= ACRONYMS | PLACEHOLDERS | ENVIRONMENT, where  # BACKENDS
+            assert "(default: True)" not in text and "(default: False)" not in text, where
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {flag: action for action in parser._actions for flag in action.option_strings}
+
+
+def test_an_option_has_one_name_and_one_meaning_on_every_command() -> None:
+    found = commands(build_parser())
+    by_dest: dict[str, set[tuple[str, ...]]] = {}
+    for command in found.values():
+        for action in command._actions:
+            if action.option_strings and action.help != argparse.SUPPRESS:
+                # --offline and --offline/--no-offline are one name: the negative form is argparse's
+                named = tuple(flag for flag in action.option_strings if not flag.startswith("--no-"))
+                by_dest.setdefault(action.dest, set()).add(named)
+    renamed = {dest: flags for dest, flags in by_dest.items() if len(flags) > 1}
+    assert renamed == {}, "one setting spelled two ways across commands"
+    grade, distill = _flags(found["grade"]), _flags(found["distill"])
+    for flag in ("--tool-mode", "--structured", "--model", "--base-url", "--max-turns", "--sandbox"):
+        assert distill[flag].help == grade[flag].help and distill[flag].choices == grade[flag].choices, flag
+
+
+def test_distill_refuses_a_teacher_that_cannot_call_tools_natively(tmp_path: Path) -> None:
+    argv = ["distill", "g.json", "--reference", "r.json", "--out", str(tmp_path), "--model", "teacher"]
+    from grader.distill.cli import teacher_options
+
+    assert "tool_mode" not in teacher_options(build_parser().parse_args(argv))
+    for extra in (["--tool-mode", "text"], ["--tool-mode", "text", "--structured"]):
+        with pytest.raises(ValueError, match="takes --tool-mode native only"):
+            teacher_options(build_parser().parse_args([*argv, *extra]))

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from grader.errors import InputFileError
 from grader.groups.formats import LoadFailure, load_group_file, load_groups, parse_group
 from grader.groups.models import Group
 from grader.sandbox.swebench import import_swebench
+from tests.conftest import run_git
 
 TASK = {"repo": "repo", "base_commit": "abc", "statement": "fix it"}
 
@@ -142,11 +144,20 @@ def test_import_swebench(tmp_path: Path) -> None:
     r1.write_text(json.dumps({"resolved_ids": ["o__r-1"], "unresolved_ids": ["o__r-2"]}))
     r2 = tmp_path / "r2.json"
     r2.write_text(json.dumps({"o__r-1": {"resolved": False}}))
-    groups = import_swebench(instances, [p1, p2], [r1, r2], repo_root=tmp_path / "repos")
-    assert [g.group_id for g in groups] == ["o__r-1", "o__r-2"]
-    first = groups[0]
-    assert first.task.base_commit == "c1" * 20 and first.task.statement == "bug 1"
-    assert first.task.repo == str(tmp_path / "repos" / "o__r")
+    with pytest.raises(InputFileError, match=r"--repo-root .*repos: no such folder"):
+        import_swebench(instances, [p1, p2], [r1, r2], repo_root=tmp_path / "repos")
+    (tmp_path / "repos" / "r").mkdir(parents=True)  # the wrong layout: NAME, not OWNER/NAME
+    run_git(tmp_path / "repos" / "r", "init", "-q")
+    with pytest.raises(InputFileError, match=r"holds none of the 1 repositories needed \(o/r\) .* holds: r"):
+        import_swebench(instances, [p1, p2], [r1, r2], repo_root=tmp_path / "repos")
+    for layout in ("o__r", "o/r"):  # SWE-bench's layout is accepted; OWNER/NAME is the documented one
+        (tmp_path / "repos" / layout).mkdir(parents=True)
+        run_git(tmp_path / "repos" / layout, "init", "-q")
+        groups = import_swebench(instances, [p1, p2], [r1, r2], repo_root=tmp_path / "repos")
+        assert [g.group_id for g in groups] == ["o__r-1", "o__r-2"]
+        first = groups[0]
+        assert first.task.base_commit == "c1" * 20 and first.task.statement == "bug 1"
+        assert first.task.repo == str(tmp_path / "repos" / layout)
     assert [(t.id, t.patch, t.passed) for t in first.trajectories] == [
         ("sys1", "p1-o__r-1", True),
         ("sys2", "p2", False),

@@ -27,6 +27,9 @@ from grader.workspace.view import GradingView
 from tests.conftest import EXAMPLE_GROUP
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gagar[ray]')")
+# The driver connects through Ray Client, which needs ray[client]'s packages: without them connect() fails.
+CLIENT = "Ray Client needs the package grpcio: pip install 'gagar[ray]' (ray[client])"
+pytest.importorskip("grpc", reason=CLIENT)
 from grader.integrations.batch import BatchGrader  # noqa: E402
 from grader.integrations.cluster import (  # noqa: E402
     REPOS,

@@ -43,7 +43,8 @@ class LLMConfig:
     budgets: Budgets = field(default_factory=Budgets)
     """Limits on one grading (turns, tokens, time, ...)."""
     sandbox: str | None = field(default="docker", metadata={"choices": BACKENDS.names})
-    """Sandbox backend the run tool executes code in, one registered in `BACKENDS` (none: no run tool)."""
+    """Where the run tool executes code: docker (a container) or local (this machine, isolated); none: no run
+    tool."""
     show_failing: bool = False
     """Show failing trajectories for contrast."""
     candidates_may_fail: bool = False
