@@ -9,29 +9,25 @@ one holding none of the repositories asked for, is an error that names the root,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from grader.errors import InputFileError
+from grader.util.untrusted import repository_name
 from grader.workspace.gitcmd import git
 
 LAYOUT = "DIR/OWNER/NAME"
 """The layout the help and the docs name (the others are accepted too)."""
 
-_REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+")
-
 
 def checked_repository(repository: str, where: str) -> tuple[str, str]:
-    """(owner, name) of an `OWNER/NAME`, checked: letters, digits, `.`, `_` and `-` only, neither part `.`
-    or `..`, so it can be joined to a folder safely.
+    """(owner, name) of an `OWNER/NAME`, checked (`grader.util.untrusted.repository_name`), so it can be
+    joined to a folder safely.
 
     Raises:
-        InputFileError: it is not `OWNER/NAME` (the message names `where` it came from).
+        UnsafeValue: it is not `OWNER/NAME` (the message names `where` it came from).
     """
-    owner, _, name = repository.partition("/")
-    if not _REPOSITORY.fullmatch(repository) or name in (".", "..") or owner in (".", ".."):
-        raise InputFileError(f"{where}: {repository!r} is not a repository name OWNER/NAME")
+    owner, name = repository_name(repository, where).split("/")
     return owner, name
 
 
@@ -39,7 +35,7 @@ def candidate_paths(repository: str, root: Path) -> list[Path]:
     """Where `root` may hold `repository` (OWNER/NAME), the documented layout first.
 
     Raises:
-        InputFileError: `repository` is not `OWNER/NAME`.
+        UnsafeValue: `repository` is not `OWNER/NAME`.
     """
     owner, name = checked_repository(repository, f"source root {root}")
     underscored = root / f"{owner}__{name}"

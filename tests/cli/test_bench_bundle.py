@@ -18,7 +18,7 @@ def test_a_url_or_a_folder_is_refused_and_the_bundle_is_written_when_both_are_ri
     monkeypatch.chdir(tmp_path)
     argv = ["bench", "bundle", str(repo.path), repo.base, "--repository"]
     assert cli.main([*argv, "https://github.com/acme/widget", "--out", "bundles/w.bundle"]) == 2
-    assert "--repository: 'https://github.com/acme/widget' is not a repository name OWNER/NAME" in (
+    assert "--repository: 'https://github.com/acme/widget' is refused: expected OWNER/NAME" in (
         capsys.readouterr().err
     )
     assert cli.main([*argv, "acme/widget", "--out", "bundles/"]) == 2
