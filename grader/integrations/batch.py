@@ -7,13 +7,10 @@ once. ``weights(rows, deadline)`` waits at most ``deadline`` seconds and returns
 weight per row, in the rows' order, 1.0 for every row whose group was not graded (skipped, failed, late,
 unreadable), each with its reason, and the step's metrics.
 
-The guard (:class:`GuardConfig`): the policy is trained against this grader and will learn to please it.
-Trajectories whose patch addresses the grader (``grader.workspace.injections.find_injections``) are ranked
-last among the passing ones; a sampled share of groups is graded a second time (fresh labels: the LLM grader
-draws new ones per grading unless its seed is fixed), and when the two gradings agree less than
-``min_agreement`` (mean Kendall tau-b), or the share of flagged trajectories jumps above its running mean by
-more than ``max_flag_jump``, the whole step falls back to 1.0 with the reason logged: a drifting grader can
-slow learning, not steer it.
+The guard (:class:`~grader.integrations.guard.GuardConfig`, `grader.integrations.guard`): trajectories whose
+patch addresses the grader are ranked last among the passing ones, and a step whose self-check disagrees, or
+whose share of flagged trajectories jumps, falls back to 1.0 with the reason logged. The gradings run on
+`grader.integrations.workers.Workers`: daemon threads whose slots free at once when a grading is given up on.
 
 Faults never reach the trainer: a grader that raises anything at all (any ``BaseException``: a bug,
 ``SystemExit``, a ``CancelledError``, even a ``KeyboardInterrupt`` raised in its thread), an actor that dies,
@@ -34,8 +31,8 @@ import logging
 import random
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
@@ -47,12 +44,14 @@ from grader.errors import GagarError
 from grader.graders.base import Grader
 from grader.groups.models import Group, GroupResult
 from grader.groups.outcomes import Outcome
+from grader.integrations.guard import GuardConfig, flag_share, flagged_last, scan, self_agreement
+from grader.integrations.guard import fallback as guard_fallback
 from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_rows
+from grader.integrations.workers import BatchClosed, Workers
 from grader.pipeline import GradingOptions, grade_group_contained, passthrough
 from grader.ranking import agreement as ranking_agreement
 from grader.ranking.length import read_step
-from grader.redistribution.redistribute import is_mixed_group, rank_to_weights, shrink_weights
-from grader.workspace.injections import find_injections
+from grader.redistribution.redistribute import is_mixed_group
 
 if TYPE_CHECKING:
     from grader.integrations.ray import RayGrader
@@ -68,33 +67,6 @@ CLOSE_WAIT = 5.0
 
 class CollectError(GagarError, RuntimeError):
     """``weights()`` asked for rows that were never submitted, or whose weights were already collected."""
-
-
-class BatchClosed(GagarError, RuntimeError):
-    """``submit()`` on a batch grader already closed; nothing of the call was kept pending."""
-
-
-@dataclass
-class GuardConfig:
-    """How the batch grader protects training from a grader the policy learns to please."""
-
-    flagged_last: bool = True
-    """Rank passing trajectories whose patch addresses the grader last among the passing ones."""
-    self_check_share: float = 0.0
-    """Share of mixed groups graded a second time, under fresh labels, to measure self-agreement (0: none)."""
-    min_agreement: float = 0.5
-    """Below this mean Kendall tau-b between the two gradings, the step's weights fall back to 1.0."""
-    max_flag_jump: float = 0.25
-    """The step falls back to 1.0 when its share of flagged passing trajectories exceeds the mean share of
-    the earlier steps by more than this."""
-    seed: int = 0
-    """Seed of the self-check sample."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.self_check_share <= 1.0:
-            raise ValueError(f"self_check_share must be in [0, 1], got {self.self_check_share!r}")
-        if not -1.0 <= self.min_agreement <= 1.0:
-            raise ValueError(f"min_agreement is a Kendall tau in [-1, 1], got {self.min_agreement!r}")
 
 
 @dataclass
@@ -134,89 +106,6 @@ class _Submission:
     )
     """Per group collected at least once: (result or None when late, self-check result, latency). Fixed at
     the first collection, so rows of one group collected in several calls get one outcome."""
-
-
-@dataclass(eq=False)
-class _Job:
-    future: Future[GroupResult]
-    run: Callable[[Future[GroupResult]], GroupResult]
-    """The grading; it gets its own future (to arm a budget when it starts)."""
-
-
-class _Workers:
-    """Runs up to `size` gradings at once, each on its own daemon thread.
-
-    A thread pool would keep a hung grading's thread, and with it one of its slots, until the grader
-    returns, and would make the interpreter wait for it at exit. Here a grading that is given up on
-    (`abandon`: late, or over its budget) frees its slot at once; its thread runs on to the grader's end as
-    a daemon and its result is dropped.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = max(1, size)
-        self._lock = threading.Lock()
-        self._queue: deque[_Job] = deque()
-        self._running: set[Future[GroupResult]] = set()
-        self.closed = False
-
-    def submit(self, run: Callable[[Future[GroupResult]], GroupResult]) -> Future[GroupResult]:
-        """Queue a grading; it starts when a slot is free.
-
-        Raises:
-            BatchClosed: `close` was called.
-        """
-        job = _Job(Future(), run)
-        with self._lock:
-            if self.closed:
-                raise BatchClosed("the batch grader is closed: submit() after close()")
-            self._queue.append(job)
-        self._pump()
-        return job.future
-
-    def _pump(self) -> None:
-        started = []
-        with self._lock:
-            while self._queue and len(self._running) < self.size:
-                job = self._queue.popleft()
-                if job.future.set_running_or_notify_cancel():  # False: cancelled while queued
-                    self._running.add(job.future)
-                    started.append(job)
-        for job in started:
-            threading.Thread(target=self._work, args=(job,), name="gagar-batch", daemon=True).start()
-
-    def _work(self, job: _Job) -> None:
-        try:
-            result = job.run(job.future)
-        except BaseException as exc:  # noqa: BLE001 - the job catches everything; this is the last line
-            with contextlib.suppress(InvalidStateError):
-                job.future.set_exception(exc)
-        else:
-            with contextlib.suppress(InvalidStateError):  # cut off at its budget: a result is already set
-                job.future.set_result(result)
-        finally:
-            self.abandon(job.future)
-
-    def abandon(self, future: Future[GroupResult]) -> None:
-        """Give up on a grading: a queued one never starts, a running one frees its slot now."""
-        if future.cancel():
-            return
-        with self._lock:
-            self._running.discard(future)
-        self._pump()
-
-    def running(self) -> list[Future[GroupResult]]:
-        """The gradings running now."""
-        with self._lock:
-            return list(self._running)
-
-    def close(self) -> list[Future[GroupResult]]:
-        """Refuse new gradings and cancel the queued ones; returns the running ones."""
-        with self._lock:
-            self.closed = True
-            queued, self._queue = list(self._queue), deque()
-        for job in queued:
-            job.future.cancel()
-        return self.running()
 
 
 class BatchGrader:
@@ -265,7 +154,7 @@ class BatchGrader:
         self.deadline = deadline
         self.budget = budget
         self.name = grader.name if grader is not None else ray_grader.name  # type: ignore[union-attr]
-        self._workers = _Workers(workers)
+        self._workers = Workers(workers)
         self._lock = threading.Lock()
         self._owner: dict[tuple[str, str], _Submission] = {}
         self._flag_history: list[float] = []
@@ -331,7 +220,7 @@ class BatchGrader:
                 timer.start()
                 future.add_done_callback(lambda _: timer.cancel())
             if submission is not None:
-                submission.flagged[group.group_id] = _scan(group, cap)
+                submission.flagged[group.group_id] = scan(group, cap)
             return grade_group_contained(group, grader, options)  # type: ignore[arg-type]
 
         return self._workers.submit(run)
@@ -388,7 +277,7 @@ class BatchGrader:
 
         def run() -> None:
             for group in groups:  # the guard's scan, off the caller's thread
-                submission.flagged[group.group_id] = _scan(group, cap)
+                submission.flagged[group.group_id] = scan(group, cap)
             try:
                 for index, result in ray_grader.grade_indexed([g for g, _ in jobs], stop=submission.stop):
                     _resolve(jobs[index][1], result)
@@ -512,13 +401,14 @@ class BatchGrader:
                     if tid in weights:
                         hits.setdefault(tid, lines)
                 if hits and self.guard.flagged_last:
-                    weights = self._flagged_last(result, set(hits))
+                    weights = flagged_last(result, set(hits), self.options)
                     named = ", ".join(sorted(hits))
                     group_reasons[gid] = f"flagged for addressing the grader, ranked last: {named}"
                 group_weights[gid] = weights
-        flag_share = _flag_share(groups, flagged)
-        agreement = _agreement(results, checks)
-        fallback = self._fallback(flag_share, agreement, len([1 for c in checks if c in results]))
+        share = flag_share(groups, flagged)
+        agreement = self_agreement(results, checks)
+        checked = len([1 for c in checks if c in results])
+        fallback = guard_fallback(self.guard, self._flag_history, share, agreement, checked)
         n = len(parsed)
         out = np.ones(n, dtype=np.float64)
         outcomes, reasons = [Outcome.GRADED] * n, [""] * n
@@ -532,7 +422,7 @@ class BatchGrader:
             else:
                 reasons[position] = group_reasons[gid]
         metrics = self._metrics(
-            outcome_of, results, group_weights, latencies, waited, flag_share, agreement, checks, fallback
+            outcome_of, results, group_weights, latencies, waited, share, agreement, checks, fallback
         )
         if fallback is not None:
             log.warning("gagar guard: this step's weights fall back to 1.0: %s", fallback)
@@ -546,31 +436,6 @@ class BatchGrader:
             metrics=metrics,
             fallback=fallback,
         )
-
-    def _flagged_last(self, result: GroupResult, flagged: set[str]) -> dict[str, float]:
-        ranking = [[t for t in tier if t not in flagged] for tier in result.ranking]
-        last = [t for tier in result.ranking for t in tier if t in flagged]
-        ranking = [tier for tier in ranking if tier] + [last]
-        weights = rank_to_weights(ranking, self.options.scheme, **self.options.weight_params())
-        if result.certainty is not None:
-            weights = shrink_weights(weights, result.certainty)
-        return weights
-
-    def _fallback(self, flag_share: float | None, agreement: float | None, checked: int) -> str | None:
-        reasons = []
-        if agreement is not None and agreement < self.guard.min_agreement:
-            reasons.append(
-                f"self-agreement {agreement:.2f} < {self.guard.min_agreement:g} on {checked} re-graded groups"
-            )
-        if flag_share is not None:
-            baseline = float(np.mean(self._flag_history)) if self._flag_history else 0.0
-            if flag_share - baseline > self.guard.max_flag_jump:
-                reasons.append(
-                    f"flagged share {flag_share:.2f} jumped above its running mean {baseline:.2f} "
-                    f"by more than {self.guard.max_flag_jump:g}"
-                )
-            self._flag_history.append(flag_share)
-        return "; ".join(reasons) or None
 
     def _metrics(
         self,
@@ -687,19 +552,6 @@ def _resolve(future: Future[GroupResult], result: GroupResult) -> None:
             future.set_result(result)
 
 
-def _scan(group: Group, cap: int) -> dict[str, list[str]]:
-    """The guard's scan of a group's passing patches: trajectory id -> lines addressing the grader.
-
-    A patch over the size cap is not read (the workspace declines it anyway): the scan's work is bounded
-    by the cap, whatever a row holds.
-    """
-    return {
-        t.id: hits
-        for t in group.trajectories
-        if t.passed and len(t.patch) <= cap and (hits := find_injections(t.patch))
-    }
-
-
 def _settle(
     submission: _Submission, group_id: str
 ) -> tuple[GroupResult | None, GroupResult | None, float | None]:
@@ -717,27 +569,6 @@ def _settle(
     done = submission.done_at.get(group_id)
     latency = None if result is None or done is None else done - submission.submitted
     return result, outcome(submission.checks.get(group_id)), latency
-
-
-def _flag_share(groups: dict[str, RowGroup], flagged: dict[str, dict[str, list[str]]]) -> float | None:
-    passing = sum(
-        1 for gid in flagged if (g := groups[gid].group) is not None for t in g.trajectories if t.passed
-    )
-    if not passing:
-        return None
-    return sum(len(hits) for hits in flagged.values()) / passing
-
-
-def _agreement(results: dict[str, GroupResult], checks: dict[str, GroupResult]) -> float | None:
-    taus = []
-    for gid, check in checks.items():
-        first = results.get(gid)
-        if first is None or first.status != "graded" or check.status != "graded":
-            continue
-        value = ranking_agreement.mean_tau([first.ranking, check.ranking])
-        if value is not None:
-            taus.append(value)
-    return float(np.mean(taus)) if taus else None
 
 
 def _position_bias(results: dict[str, GroupResult]) -> float | None:
