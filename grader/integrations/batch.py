@@ -44,6 +44,7 @@ from grader.errors import GagarError
 from grader.graders.base import Grader
 from grader.groups.models import Group, GroupResult
 from grader.groups.outcomes import Outcome
+from grader.integrations.deadlines import checked_seconds, wait_seconds
 from grader.integrations.guard import GuardConfig, flag_share, flagged_last, scan, self_agreement
 from grader.integrations.guard import fallback as guard_fallback
 from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_rows
@@ -121,11 +122,16 @@ class BatchGrader:
         regrader: grades the self-check sample (default: the grader itself, which for the LLM grader with no
             fixed seed means fresh labels).
         guard: the guard's settings (`GuardConfig`).
-        deadline: the default wait of `weights()` in seconds (None: until every group is done).
+        deadline: the default wait of `weights()` in seconds (None or `math.inf`: until every group is
+            done; a negative one: no wait). Checked here, as every deadline is
+            (`grader.integrations.deadlines`).
         budget: seconds a grading may run in a thread before it is cut off: its group fails with the reason
-            (outcome `deadline`) and its slot goes to the next group (None: only collection cuts off).
+            (outcome `deadline`) and its slot goes to the next group (None or `math.inf`: only collection
+            cuts off).
     Raises:
-        ValueError: both or neither of `grader` and `ray_grader` given, or a budget that is not positive.
+        ValueError: both or neither of `grader` and `ray_grader` given, a budget that is not positive, or a
+            deadline or budget that is NaN.
+        TypeError: a deadline or budget that is not a number.
     """
 
     def __init__(
@@ -143,6 +149,8 @@ class BatchGrader:
     ) -> None:
         if (grader is None) == (ray_grader is None):
             raise ValueError("give exactly one of grader (threads) or ray_grader (Ray actors)")
+        deadline = checked_seconds(deadline, "deadline")
+        budget = checked_seconds(budget, "budget")
         if budget is not None and not budget > 0:
             raise ValueError(f"budget is a number of seconds above 0, got {budget!r}")
         self.grader = grader
@@ -214,8 +222,9 @@ class BatchGrader:
         options, cap = self.options, self.options.max_patch_bytes
 
         def run(future: Future[GroupResult]) -> GroupResult:
-            if self.budget is not None:  # the budget runs from the grading's start, not from the queue
-                timer = threading.Timer(self.budget, self._cut_off, (future, group))
+            budget = wait_seconds(self.budget)  # None past threading.TIMEOUT_MAX: a Timer would overflow
+            if budget is not None:  # the budget runs from the grading's start, not from the queue
+                timer = threading.Timer(budget, self._cut_off, (future, group))
                 timer.daemon = True
                 timer.start()
                 future.add_done_callback(lambda _: timer.cancel())
@@ -308,15 +317,18 @@ class BatchGrader:
 
         Args:
             rows: the rows submitted (any order, any subset of one or more submissions).
-            deadline: seconds to wait at most (default: the grader's `deadline`; None waits for all).
+            deadline: seconds to wait at most (default: the grader's `deadline`; None there, or `math.inf`,
+                waits for all; a negative one waits for nothing).
         Returns:
             the `StepWeights`, per row in the order of `rows`.
         Raises:
             RowError: as `submit`.
             CollectError: a row was never submitted, or its weights were already collected.
+            ValueError, TypeError: the deadline is NaN, or not a number; every row stays collectable.
         """
         start = time.monotonic()
-        deadline = self.deadline if deadline is None else deadline
+        # Checked before anything is touched: a refused deadline leaves every row collectable.
+        deadline = self.deadline if deadline is None else checked_seconds(deadline, "deadline")
         parsed = parse_rows(rows, self.mapping)
         touched: dict[str, _Submission] = {}
         with self._lock:
@@ -337,8 +349,8 @@ class BatchGrader:
             for future in (s.futures.get(gid), s.checks.get(gid))
             if future is not None
         ]
-        remaining = None if deadline is None else max(0.0, deadline - (time.monotonic() - start))
-        wait_futures(futures, timeout=remaining)
+        remaining = None if deadline is None else deadline - (time.monotonic() - start)
+        wait_futures(futures, timeout=wait_seconds(remaining))
         waited = time.monotonic() - start
         for gid, submission in touched.items():
             with self._lock:  # two calls collecting rows of one group settle it once
@@ -512,7 +524,7 @@ class BatchGrader:
             self._abandon(submission, sorted(group_ids))
         return sum(len(group_ids) for _, group_ids in pending.values())
 
-    def close(self, timeout: float = CLOSE_WAIT) -> None:
+    def close(self, timeout: float | None = CLOSE_WAIT) -> None:
         """Stop grading: queued gradings are cancelled, running ones get at most `timeout` seconds to end.
 
         Returns within `timeout` (plus a few milliseconds) whatever the graders do: a grading still running
@@ -520,11 +532,15 @@ class BatchGrader:
         (their unfinished groups are late). The Ray grader is left to its owner. Calling it again is harmless.
 
         Args:
-            timeout: seconds to wait for running gradings (default `CLOSE_WAIT`).
+            timeout: seconds to wait for running gradings (default `CLOSE_WAIT`; None or `math.inf`: until
+                they end; a negative one: no wait).
+        Raises:
+            ValueError, TypeError: the timeout is NaN, or not a number; the grader is left open.
         """
+        limit = checked_seconds(timeout, "timeout")
         running = self._workers.close()
         if running:
-            wait_futures(running, timeout=max(0.0, timeout))
+            wait_futures(running, timeout=wait_seconds(limit))
 
 
 def _is_mixed(group: Group) -> bool:

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from grader.integrations.batch import BatchGrader, StepWeights
+from grader.integrations.deadlines import checked_seconds
 from grader.integrations.rows import RowMapping
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.verl.advantages import PASS_FLAG_KEY, ROW_KEY, verl_rows
@@ -312,7 +313,8 @@ def attach(
         grader: the batch grader (threads or Ray); its row mapping reads rows made by
             :func:`~grader.integrations.verl.verl_rows` (``VERL_MAPPING`` fits a dataset whose ``extra_info``
             holds the task and a reward function that returns the ``patch``).
-        deadline: seconds the estimator waits at most (None: the grader's own default).
+        deadline: seconds the estimator waits at most (None: the grader's own default; ``math.inf``: every
+            group).
         pass_threshold: the summed score a passing response reaches.
         preserve: ``token`` for verl's default ``loss_agg_mode=token-mean``; see
             :func:`~grader.integrations.verl.preserve_for_loss_agg_mode`.
@@ -321,8 +323,11 @@ def attach(
         ``detach()``, which puts verl's functions back and forgets `grader`.
     Raises:
         VerlVersionError: the installed verl is outside :data:`SUPPORTED_VERL` (the hooks are private).
+        ValueError, TypeError: the deadline is NaN, or not a number (refused here, never in a step; nothing
+            is patched).
     """
     global _session
+    deadline = checked_seconds(deadline, "deadline")
     register()  # checks the version
     import importlib
 
