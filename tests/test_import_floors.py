@@ -3,8 +3,10 @@ to the floors of docs/architecture.md, with no two modules importing each other.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -160,3 +162,20 @@ def test_the_walker_sees_imports_in_functions_and_for_type_checkers(tmp_path: Pa
     assert [(a.source, a.target) for a in climbing(arrows, floors)] == [("p.a", "p.b"), ("p.c", "p.d")]
     (package / "p" / "e.py").write_text("")
     assert misplaced(floors, set(source_files(tmp_path))) == ["p.e is on no floor"]
+
+
+def test_no_test_module_imports_another() -> None:
+    # What tests share lives in tests/support/ (and tests/conftest.py): a test module importing another
+    # runs that module's tests' imports, and ties the two files' helpers together where nobody looks.
+    found = []
+    for path in sorted((REPO_ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                # `from tests.inspect import test_x` imports a test module too; a test function imported
+                # from a support module (tests/support/sandbox_contract.py) is a shared contract, not one.
+                support = node.module.startswith("tests.support")
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names if not support)]
+            if any(re.search(r"(^|\.)test_\w+$", name) and name.startswith("tests.") for name in names):
+                found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert found == []
