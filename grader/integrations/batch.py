@@ -31,7 +31,6 @@ import logging
 import random
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import wait as wait_futures
@@ -48,10 +47,9 @@ from grader.integrations.deadlines import checked_seconds, wait_seconds
 from grader.integrations.guard import GuardConfig, flag_share, flagged_last, scan, self_agreement
 from grader.integrations.guard import fallback as guard_fallback
 from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_rows
+from grader.integrations.step_metrics import step_metrics
 from grader.integrations.workers import BatchClosed, Workers
 from grader.pipeline import GradingOptions, grade_group_contained, passthrough
-from grader.ranking import agreement as ranking_agreement
-from grader.ranking.length import read_step
 from grader.redistribution.redistribute import is_mixed_group
 
 if TYPE_CHECKING:
@@ -61,7 +59,6 @@ __all__ = ["BatchClosed", "BatchGrader", "CollectError", "GuardConfig", "StepWei
 
 log = logging.getLogger("gagar.trainer")
 
-TOP_REASONS = 3
 CLOSE_WAIT = 5.0
 """Seconds `BatchGrader.close()` waits for running gradings by default before leaving them behind."""
 
@@ -433,7 +430,7 @@ class BatchGrader:
                 outcomes[position], reasons[position] = Outcome.GUARD, f"guard: {fallback}"
             else:
                 reasons[position] = group_reasons[gid]
-        metrics = self._metrics(
+        metrics = step_metrics(
             outcome_of, results, group_weights, latencies, waited, share, agreement, checks, fallback
         )
         if fallback is not None:
@@ -448,63 +445,6 @@ class BatchGrader:
             metrics=metrics,
             fallback=fallback,
         )
-
-    def _metrics(
-        self,
-        outcome_of: dict[str, Outcome],
-        results: dict[str, GroupResult],
-        group_weights: dict[str, dict[str, float]],
-        latencies: list[float],
-        waited: float,
-        flag_share: float | None,
-        agreement: float | None,
-        checks: dict[str, GroupResult],
-        fallback: str | None,
-    ) -> dict[str, float]:
-        n = len(outcome_of)
-        # Late and ungraded groups are counted apart from other failures (a deadline, or the trainer's
-        # rows, rather than the grading), whichever path (threads or Ray) reported the deadline.
-        apart = {Outcome.DEADLINE: "late", Outcome.UNGRADED: "ungraded"}
-        counts = Counter(apart.get(outcome, outcome.status) for outcome in outcome_of.values())
-        metrics: dict[str, float] = {"gagar/groups": float(n), "gagar/waited": waited}
-        for name in ("graded", "skipped", "failed", "late", "ungraded"):
-            metrics[f"gagar/{name}"] = counts[name] / n if n else 0.0
-        failures = Counter(
-            outcome.value
-            for outcome in outcome_of.values()
-            if outcome.status == "failed" and outcome not in apart
-        )
-        for code, count in failures.most_common(TOP_REASONS):
-            metrics[f"gagar/failed/{code}"] = count / n
-        passing = [w for weights in group_weights.values() for w in weights.values()]
-        if passing:
-            metrics["gagar/weight_min"] = float(np.min(passing))
-            metrics["gagar/weight_std"] = float(np.std(passing))
-        if latencies:
-            metrics["gagar/latency_p50"] = float(np.percentile(latencies, 50))
-            metrics["gagar/latency_p95"] = float(np.percentile(latencies, 95))
-        if flag_share is not None:
-            metrics["gagar/flag_share"] = flag_share
-        bias = _position_bias(results)
-        if bias is not None:
-            metrics["gagar/position_bias"] = bias
-        if agreement is not None:
-            metrics["gagar/self_agreement"] = agreement
-        # The length monitor (grader.ranking.length): Kendall tau of credit with length, and the lengths of
-        # the top- and bottom-ranked trajectories, averaged over this step's graded groups.
-        reading = read_step("step", list(results.values()))
-        for name, values in (
-            ("length_tau_weight", reading.taus),
-            ("length_tau_advantage", reading.advantage_taus),
-            ("length_tau_patch", reading.patch_taus),
-            ("length_top", reading.top_lengths),
-            ("length_bottom", reading.bottom_lengths),
-        ):
-            if values:
-                metrics[f"gagar/{name}"] = float(np.mean(values))
-        metrics["gagar/self_checked"] = float(sum(1 for gid in checks if gid in results))
-        metrics["gagar/guard_fallback"] = float(fallback is not None)
-        return metrics
 
     def discard_pending(self) -> int:
         """Forget every submission not yet collected (groups the trainer dropped, e.g. by a filter).
@@ -585,16 +525,3 @@ def _settle(
     done = submission.done_at.get(group_id)
     latency = None if result is None or done is None else done - submission.submitted
     return result, outcome(submission.checks.get(group_id)), latency
-
-
-def _position_bias(results: dict[str, GroupResult]) -> float | None:
-    shown, rankings = [], []
-    for result in results.values():
-        labels, order = result.details.get("labels"), result.details.get("shown")
-        if result.status == "graded" and isinstance(labels, dict) and isinstance(order, list):
-            shown.append([list(labels[label]) for label in order if label in labels])
-            rankings.append(result.ranking)
-    if not shown:
-        return None
-    bias = ranking_agreement.position_bias(shown, rankings)
-    return bias.first_ranked_first - bias.chance
