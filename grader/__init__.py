@@ -38,6 +38,7 @@ alias_moved_modules(
         "grader.graders.tools": "grader.graders.llm.tools",
         "grader.hunks": "grader.workspace.hunks",
         "grader.injections": "grader.workspace.injections",
+        "grader.integrations.verl_plugin": "grader.integrations.verl.plugin",
         "grader.jsontext": "grader.util.jsontext",
         "grader.lazy": "grader.util.lazy",
         "grader.length": "grader.ranking.length",

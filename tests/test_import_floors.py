@@ -1,16 +1,32 @@
-"""`import grader` stays light, and the public names still resolve (lazily) to their modules."""
+"""`import grader` stays light, the public names still resolve (lazily) to their modules, and the imports keep
+to the floors of docs/architecture.md, with no two modules importing each other."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
+import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
 import grader
+from tests.conftest import REPO_ROOT
+from tests.support.import_graph import (
+    Arrow,
+    Floor,
+    climbing,
+    cycles,
+    import_arrows,
+    label,
+    misplaced,
+    read_floors,
+    source_files,
+)
 
 HEAVY = ("grader.evaluation", "grader.sandbox.images", "grader.sandbox.recipes", "grader.distill")
 
@@ -78,13 +94,88 @@ def test_version_comes_from_the_package_metadata() -> None:
     assert grader.__version__ == version("gagar")
 
 
-def test_every_module_sits_on_a_floor_and_no_import_climbs() -> None:
-    # bench/import_graph.py holds the floor list (docs/architecture.md, *Floors*): a new module must be placed
-    # there, and an import that climbs a floor is a layering break, lazy ones included.
-    from pathlib import Path
+# The sandbox's docker <-> leftovers <-> local circle (lazy imports: leftovers reaching both backends'
+# reapers) is cut on the sandbox engineer's branch, h-sandbox; until it is merged, that circle, and it
+# alone, is an expected failure. Remove this entry with the merge.
+AWAITING_MERGE = [["sandbox.docker", "sandbox.leftovers", "sandbox.local"]]
 
-    script = Path(__file__).resolve().parent.parent / "bench" / "import_graph.py"
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
-    assert "not on any floor" not in done.stdout, done.stdout
-    assert "upward arrows: 0 module-level, 0 lazy" in done.stdout, done.stdout
-    assert "cycles (module-level): 0" in done.stdout, done.stdout
+
+def _graph(root: Path = REPO_ROOT) -> tuple[list[Arrow], list[Floor]]:
+    return import_arrows(root), read_floors(root / "docs" / "architecture.md")
+
+
+def test_the_doc_places_every_module_on_one_floor() -> None:
+    # docs/architecture.md's table is the floor list: a new module must be placed there, and a module that
+    # moved or went away must leave it, so the doc and the code cannot drift apart.
+    arrows, floors = _graph()
+    assert misplaced(floors, set(source_files(REPO_ROOT))) == []
+    assert [f.name for f in floors][:3] == ["0 foundations", "1 input", "2 boundary"]
+
+
+def test_no_import_climbs_a_floor() -> None:
+    arrows, floors = _graph()
+    where = {m: f.name for f in floors for m in f.modules}
+    up = [
+        f"{a.kind} import at {label(a.source)}:{a.line} ({where[label(a.source)]}) -> {label(a.target)} "
+        f"({where[label(a.target)]})"
+        for a in climbing(arrows, floors)
+    ]
+    assert up == []
+
+
+def test_no_modules_import_each_other() -> None:
+    arrows, _ = _graph()
+    found = cycles(arrows)
+    assert [c for c in found if c not in AWAITING_MERGE] == []
+    if found:
+        pytest.xfail(f"cut on another branch, not merged yet: {found}")
+
+
+def test_the_walker_sees_imports_in_functions_and_for_type_checkers(tmp_path: Path) -> None:
+    # A tree of four modules: a <-> b only through a function's import, c <-> d only through TYPE_CHECKING,
+    # and a relative import; the floors put b and d above a and c.
+    package = tmp_path / "grader"
+    (package / "p").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "p/__init__.py": "",
+        "p/a.py": "def f():\n    from grader.p import b\n",
+        "p/b.py": "from . import a\n",
+        "p/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from grader.p.d import D\n",
+        "p/d.py": "import grader.p.c\nclass D: ...\n",
+    }
+    for name, text in files.items():
+        (package / name).write_text(text)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(
+        "## Floors\n\n| floor | modules |\n|---|---|\n| 0 low | `grader`, `p`, `p.a`, `p.c` |\n"
+        "| 1 high | `p.b`, `p.d` |\n\n## Next\n"
+    )
+    arrows, floors = _graph(tmp_path)
+    assert {(a.source, a.target, a.kind) for a in arrows} == {
+        ("p.a", "p.b", "lazy"),
+        ("p.b", "p.a", "module"),
+        ("p.c", "p.d", "typing"),
+        ("p.d", "p.c", "module"),
+    }
+    assert cycles(arrows) == [["p.a", "p.b"], ["p.c", "p.d"]]
+    assert [(a.source, a.target) for a in climbing(arrows, floors)] == [("p.a", "p.b"), ("p.c", "p.d")]
+    (package / "p" / "e.py").write_text("")
+    assert misplaced(floors, set(source_files(tmp_path))) == ["p.e is on no floor"]
+
+
+def test_no_test_module_imports_another() -> None:
+    # What tests share lives in tests/support/ (and tests/conftest.py): a test module importing another
+    # runs that module's tests' imports, and ties the two files' helpers together where nobody looks.
+    found = []
+    for path in sorted((REPO_ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                # `from tests.inspect import test_x` imports a test module too; a test function imported
+                # from a support module (tests/support/sandbox_contract.py) is a shared contract, not one.
+                support = node.module.startswith("tests.support")
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names if not support)]
+            if any(re.search(r"(^|\.)test_\w+$", name) and name.startswith("tests.") for name in names):
+                found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert found == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import tomllib
 
 from tests.conftest import REPO_ROOT
-from tests.inspect.test_inspect_runs import heuristic_run
+from tests.support.inspect_runs import heuristic_run
 
 __all__ = ["heuristic_run"]
 

@@ -1,13 +1,13 @@
 """verl: GAGAR turned on in the trainer's config, grading inside the step while verl computes log-probs.
 
-`grader.integrations.verl_plugin` registers, through verl's own registries, the advantage estimator
+`grader.integrations.verl.plugin` registers, through verl's own registries, the advantage estimator
 `gagar_grpo` (verl's GRPO, then the grader's weights redistributed) and the reward manager `gagar` (verl's
 `naive` one that also reports the pass flag and the patch). A training run selects them by name:
 
     python -m verl.trainer.main_ppo algorithm.adv_estimator=gagar_grpo reward.reward_manager.name=gagar \
-        +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=grader.integrations.verl_plugin.register
+        +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=grader.integrations.verl.plugin.register
 
-and `verl_plugin.attach(BatchGrader(...))` in the trainer process submits each step's rows as soon as the
+and `plugin.attach(BatchGrader(...))` in the trainer process submits each step's rows as soon as the
 rewards are known. Here the step of verl's legacy RayPPOTrainer.fit runs from the reward on with verl's own
 functions and its own config (composed from verl's hydra files with the overrides above): the batch is the
 bundled example group (examples/inventory_group.json) as the reward step leaves it, the log-prob step is
@@ -27,9 +27,8 @@ from verl.trainer.ppo import ray_trainer
 
 from grader.graders.heuristic import HeuristicGrader
 from grader.groups.formats import load_group_file
-from grader.integrations import verl_plugin
 from grader.integrations.batch import BatchGrader
-from grader.integrations.verl import VERL_MAPPING
+from grader.integrations.verl import VERL_MAPPING, plugin
 from grader.servers.scripted import verl_reward_batch
 
 with initialize_config_dir(os.path.join(os.path.dirname(verl.__file__), "trainer/config"), version_base=None):
@@ -57,7 +56,7 @@ batch = verl_reward_batch(
 )
 
 grader = BatchGrader(HeuristicGrader(), VERL_MAPPING)
-detach = verl_plugin.attach(grader, deadline=30.0)  # preserve="token": verl's default loss is token-mean
+detach = plugin.attach(grader, deadline=30.0)  # preserve="token": verl's default loss is token-mean
 try:
     reward_tensor, _ = ray_trainer.extract_reward(batch)  # submits: grading starts in the background
     time.sleep(1.0)  # verl computes old and reference log-probs here

@@ -7,13 +7,10 @@ once. ``weights(rows, deadline)`` waits at most ``deadline`` seconds and returns
 weight per row, in the rows' order, 1.0 for every row whose group was not graded (skipped, failed, late,
 unreadable), each with its reason, and the step's metrics.
 
-The guard (:class:`GuardConfig`): the policy is trained against this grader and will learn to please it.
-Trajectories whose patch addresses the grader (``grader.workspace.injections.find_injections``) are ranked
-last among the passing ones; a sampled share of groups is graded a second time (fresh labels: the LLM grader
-draws new ones per grading unless its seed is fixed), and when the two gradings agree less than
-``min_agreement`` (mean Kendall tau-b), or the share of flagged trajectories jumps above its running mean by
-more than ``max_flag_jump``, the whole step falls back to 1.0 with the reason logged: a drifting grader can
-slow learning, not steer it.
+The guard (:class:`~grader.integrations.guard.GuardConfig`, `grader.integrations.guard`): trajectories whose
+patch addresses the grader are ranked last among the passing ones, and a step whose self-check disagrees, or
+whose share of flagged trajectories jumps, falls back to 1.0 with the reason logged. The gradings run on
+`grader.integrations.workers.Workers`: daemon threads whose slots free at once when a grading is given up on.
 
 Faults never reach the trainer: a grader that raises anything at all (any ``BaseException``: a bug,
 ``SystemExit``, a ``CancelledError``, even a ``KeyboardInterrupt`` raised in its thread), an actor that dies,
@@ -34,8 +31,7 @@ import logging
 import random
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
@@ -47,12 +43,14 @@ from grader.errors import GagarError
 from grader.graders.base import Grader
 from grader.groups.models import Group, GroupResult
 from grader.groups.outcomes import Outcome
+from grader.integrations.deadlines import checked_seconds, wait_seconds
+from grader.integrations.guard import GuardConfig, flag_share, flagged_last, scan, self_agreement
+from grader.integrations.guard import fallback as guard_fallback
 from grader.integrations.rows import RowGroup, RowMapping, group_rows, parse_rows
+from grader.integrations.step_metrics import step_metrics
+from grader.integrations.workers import BatchClosed, Workers
 from grader.pipeline import GradingOptions, grade_group_contained, passthrough
-from grader.ranking import agreement as ranking_agreement
-from grader.ranking.length import read_step
-from grader.redistribution.redistribute import is_mixed_group, rank_to_weights, shrink_weights
-from grader.workspace.injections import find_injections
+from grader.redistribution.redistribute import is_mixed_group
 
 if TYPE_CHECKING:
     from grader.integrations.ray import RayGrader
@@ -61,40 +59,12 @@ __all__ = ["BatchClosed", "BatchGrader", "CollectError", "GuardConfig", "StepWei
 
 log = logging.getLogger("gagar.trainer")
 
-TOP_REASONS = 3
 CLOSE_WAIT = 5.0
 """Seconds `BatchGrader.close()` waits for running gradings by default before leaving them behind."""
 
 
 class CollectError(GagarError, RuntimeError):
     """``weights()`` asked for rows that were never submitted, or whose weights were already collected."""
-
-
-class BatchClosed(GagarError, RuntimeError):
-    """``submit()`` on a batch grader already closed; nothing of the call was kept pending."""
-
-
-@dataclass
-class GuardConfig:
-    """How the batch grader protects training from a grader the policy learns to please."""
-
-    flagged_last: bool = True
-    """Rank passing trajectories whose patch addresses the grader last among the passing ones."""
-    self_check_share: float = 0.0
-    """Share of mixed groups graded a second time, under fresh labels, to measure self-agreement (0: none)."""
-    min_agreement: float = 0.5
-    """Below this mean Kendall tau-b between the two gradings, the step's weights fall back to 1.0."""
-    max_flag_jump: float = 0.25
-    """The step falls back to 1.0 when its share of flagged passing trajectories exceeds the mean share of
-    the earlier steps by more than this."""
-    seed: int = 0
-    """Seed of the self-check sample."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.self_check_share <= 1.0:
-            raise ValueError(f"self_check_share must be in [0, 1], got {self.self_check_share!r}")
-        if not -1.0 <= self.min_agreement <= 1.0:
-            raise ValueError(f"min_agreement is a Kendall tau in [-1, 1], got {self.min_agreement!r}")
 
 
 @dataclass
@@ -136,89 +106,6 @@ class _Submission:
     the first collection, so rows of one group collected in several calls get one outcome."""
 
 
-@dataclass(eq=False)
-class _Job:
-    future: Future[GroupResult]
-    run: Callable[[Future[GroupResult]], GroupResult]
-    """The grading; it gets its own future (to arm a budget when it starts)."""
-
-
-class _Workers:
-    """Runs up to `size` gradings at once, each on its own daemon thread.
-
-    A thread pool would keep a hung grading's thread, and with it one of its slots, until the grader
-    returns, and would make the interpreter wait for it at exit. Here a grading that is given up on
-    (`abandon`: late, or over its budget) frees its slot at once; its thread runs on to the grader's end as
-    a daemon and its result is dropped.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = max(1, size)
-        self._lock = threading.Lock()
-        self._queue: deque[_Job] = deque()
-        self._running: set[Future[GroupResult]] = set()
-        self.closed = False
-
-    def submit(self, run: Callable[[Future[GroupResult]], GroupResult]) -> Future[GroupResult]:
-        """Queue a grading; it starts when a slot is free.
-
-        Raises:
-            BatchClosed: `close` was called.
-        """
-        job = _Job(Future(), run)
-        with self._lock:
-            if self.closed:
-                raise BatchClosed("the batch grader is closed: submit() after close()")
-            self._queue.append(job)
-        self._pump()
-        return job.future
-
-    def _pump(self) -> None:
-        started = []
-        with self._lock:
-            while self._queue and len(self._running) < self.size:
-                job = self._queue.popleft()
-                if job.future.set_running_or_notify_cancel():  # False: cancelled while queued
-                    self._running.add(job.future)
-                    started.append(job)
-        for job in started:
-            threading.Thread(target=self._work, args=(job,), name="gagar-batch", daemon=True).start()
-
-    def _work(self, job: _Job) -> None:
-        try:
-            result = job.run(job.future)
-        except BaseException as exc:  # noqa: BLE001 - the job catches everything; this is the last line
-            with contextlib.suppress(InvalidStateError):
-                job.future.set_exception(exc)
-        else:
-            with contextlib.suppress(InvalidStateError):  # cut off at its budget: a result is already set
-                job.future.set_result(result)
-        finally:
-            self.abandon(job.future)
-
-    def abandon(self, future: Future[GroupResult]) -> None:
-        """Give up on a grading: a queued one never starts, a running one frees its slot now."""
-        if future.cancel():
-            return
-        with self._lock:
-            self._running.discard(future)
-        self._pump()
-
-    def running(self) -> list[Future[GroupResult]]:
-        """The gradings running now."""
-        with self._lock:
-            return list(self._running)
-
-    def close(self) -> list[Future[GroupResult]]:
-        """Refuse new gradings and cancel the queued ones; returns the running ones."""
-        with self._lock:
-            self.closed = True
-            queued, self._queue = list(self._queue), deque()
-        for job in queued:
-            job.future.cancel()
-        return self.running()
-
-
 class BatchGrader:
     """Grades a trainer's rows in the background; the trainer collects one weight per row by a deadline.
 
@@ -232,11 +119,16 @@ class BatchGrader:
         regrader: grades the self-check sample (default: the grader itself, which for the LLM grader with no
             fixed seed means fresh labels).
         guard: the guard's settings (`GuardConfig`).
-        deadline: the default wait of `weights()` in seconds (None: until every group is done).
+        deadline: the default wait of `weights()` in seconds (None or `math.inf`: until every group is
+            done; a negative one: no wait). Checked here, as every deadline is
+            (`grader.integrations.deadlines`).
         budget: seconds a grading may run in a thread before it is cut off: its group fails with the reason
-            (outcome `deadline`) and its slot goes to the next group (None: only collection cuts off).
+            (outcome `deadline`) and its slot goes to the next group (None or `math.inf`: only collection
+            cuts off).
     Raises:
-        ValueError: both or neither of `grader` and `ray_grader` given, or a budget that is not positive.
+        ValueError: both or neither of `grader` and `ray_grader` given, a budget that is not positive, or a
+            deadline or budget that is NaN.
+        TypeError: a deadline or budget that is not a number.
     """
 
     def __init__(
@@ -254,6 +146,8 @@ class BatchGrader:
     ) -> None:
         if (grader is None) == (ray_grader is None):
             raise ValueError("give exactly one of grader (threads) or ray_grader (Ray actors)")
+        deadline = checked_seconds(deadline, "deadline")
+        budget = checked_seconds(budget, "budget")
         if budget is not None and not budget > 0:
             raise ValueError(f"budget is a number of seconds above 0, got {budget!r}")
         self.grader = grader
@@ -265,7 +159,7 @@ class BatchGrader:
         self.deadline = deadline
         self.budget = budget
         self.name = grader.name if grader is not None else ray_grader.name  # type: ignore[union-attr]
-        self._workers = _Workers(workers)
+        self._workers = Workers(workers)
         self._lock = threading.Lock()
         self._owner: dict[tuple[str, str], _Submission] = {}
         self._flag_history: list[float] = []
@@ -325,13 +219,14 @@ class BatchGrader:
         options, cap = self.options, self.options.max_patch_bytes
 
         def run(future: Future[GroupResult]) -> GroupResult:
-            if self.budget is not None:  # the budget runs from the grading's start, not from the queue
-                timer = threading.Timer(self.budget, self._cut_off, (future, group))
+            budget = wait_seconds(self.budget)  # None past threading.TIMEOUT_MAX: a Timer would overflow
+            if budget is not None:  # the budget runs from the grading's start, not from the queue
+                timer = threading.Timer(budget, self._cut_off, (future, group))
                 timer.daemon = True
                 timer.start()
                 future.add_done_callback(lambda _: timer.cancel())
             if submission is not None:
-                submission.flagged[group.group_id] = _scan(group, cap)
+                submission.flagged[group.group_id] = scan(group, cap)
             return grade_group_contained(group, grader, options)  # type: ignore[arg-type]
 
         return self._workers.submit(run)
@@ -388,7 +283,7 @@ class BatchGrader:
 
         def run() -> None:
             for group in groups:  # the guard's scan, off the caller's thread
-                submission.flagged[group.group_id] = _scan(group, cap)
+                submission.flagged[group.group_id] = scan(group, cap)
             try:
                 for index, result in ray_grader.grade_indexed([g for g, _ in jobs], stop=submission.stop):
                     _resolve(jobs[index][1], result)
@@ -419,15 +314,18 @@ class BatchGrader:
 
         Args:
             rows: the rows submitted (any order, any subset of one or more submissions).
-            deadline: seconds to wait at most (default: the grader's `deadline`; None waits for all).
+            deadline: seconds to wait at most (default: the grader's `deadline`; None there, or `math.inf`,
+                waits for all; a negative one waits for nothing).
         Returns:
             the `StepWeights`, per row in the order of `rows`.
         Raises:
             RowError: as `submit`.
             CollectError: a row was never submitted, or its weights were already collected.
+            ValueError, TypeError: the deadline is NaN, or not a number; every row stays collectable.
         """
         start = time.monotonic()
-        deadline = self.deadline if deadline is None else deadline
+        # Checked before anything is touched: a refused deadline leaves every row collectable.
+        deadline = self.deadline if deadline is None else checked_seconds(deadline, "deadline")
         parsed = parse_rows(rows, self.mapping)
         touched: dict[str, _Submission] = {}
         with self._lock:
@@ -448,8 +346,8 @@ class BatchGrader:
             for future in (s.futures.get(gid), s.checks.get(gid))
             if future is not None
         ]
-        remaining = None if deadline is None else max(0.0, deadline - (time.monotonic() - start))
-        wait_futures(futures, timeout=remaining)
+        remaining = None if deadline is None else deadline - (time.monotonic() - start)
+        wait_futures(futures, timeout=wait_seconds(remaining))
         waited = time.monotonic() - start
         for gid, submission in touched.items():
             with self._lock:  # two calls collecting rows of one group settle it once
@@ -512,13 +410,14 @@ class BatchGrader:
                     if tid in weights:
                         hits.setdefault(tid, lines)
                 if hits and self.guard.flagged_last:
-                    weights = self._flagged_last(result, set(hits))
+                    weights = flagged_last(result, set(hits), self.options)
                     named = ", ".join(sorted(hits))
                     group_reasons[gid] = f"flagged for addressing the grader, ranked last: {named}"
                 group_weights[gid] = weights
-        flag_share = _flag_share(groups, flagged)
-        agreement = _agreement(results, checks)
-        fallback = self._fallback(flag_share, agreement, len([1 for c in checks if c in results]))
+        share = flag_share(groups, flagged)
+        agreement = self_agreement(results, checks)
+        checked = len([1 for c in checks if c in results])
+        fallback = guard_fallback(self.guard, self._flag_history, share, agreement, checked)
         n = len(parsed)
         out = np.ones(n, dtype=np.float64)
         outcomes, reasons = [Outcome.GRADED] * n, [""] * n
@@ -531,8 +430,8 @@ class BatchGrader:
                 outcomes[position], reasons[position] = Outcome.GUARD, f"guard: {fallback}"
             else:
                 reasons[position] = group_reasons[gid]
-        metrics = self._metrics(
-            outcome_of, results, group_weights, latencies, waited, flag_share, agreement, checks, fallback
+        metrics = step_metrics(
+            outcome_of, results, group_weights, latencies, waited, share, agreement, checks, fallback
         )
         if fallback is not None:
             log.warning("gagar guard: this step's weights fall back to 1.0: %s", fallback)
@@ -546,88 +445,6 @@ class BatchGrader:
             metrics=metrics,
             fallback=fallback,
         )
-
-    def _flagged_last(self, result: GroupResult, flagged: set[str]) -> dict[str, float]:
-        ranking = [[t for t in tier if t not in flagged] for tier in result.ranking]
-        last = [t for tier in result.ranking for t in tier if t in flagged]
-        ranking = [tier for tier in ranking if tier] + [last]
-        weights = rank_to_weights(ranking, self.options.scheme, **self.options.weight_params())
-        if result.certainty is not None:
-            weights = shrink_weights(weights, result.certainty)
-        return weights
-
-    def _fallback(self, flag_share: float | None, agreement: float | None, checked: int) -> str | None:
-        reasons = []
-        if agreement is not None and agreement < self.guard.min_agreement:
-            reasons.append(
-                f"self-agreement {agreement:.2f} < {self.guard.min_agreement:g} on {checked} re-graded groups"
-            )
-        if flag_share is not None:
-            baseline = float(np.mean(self._flag_history)) if self._flag_history else 0.0
-            if flag_share - baseline > self.guard.max_flag_jump:
-                reasons.append(
-                    f"flagged share {flag_share:.2f} jumped above its running mean {baseline:.2f} "
-                    f"by more than {self.guard.max_flag_jump:g}"
-                )
-            self._flag_history.append(flag_share)
-        return "; ".join(reasons) or None
-
-    def _metrics(
-        self,
-        outcome_of: dict[str, Outcome],
-        results: dict[str, GroupResult],
-        group_weights: dict[str, dict[str, float]],
-        latencies: list[float],
-        waited: float,
-        flag_share: float | None,
-        agreement: float | None,
-        checks: dict[str, GroupResult],
-        fallback: str | None,
-    ) -> dict[str, float]:
-        n = len(outcome_of)
-        # Late and ungraded groups are counted apart from other failures (a deadline, or the trainer's
-        # rows, rather than the grading), whichever path (threads or Ray) reported the deadline.
-        apart = {Outcome.DEADLINE: "late", Outcome.UNGRADED: "ungraded"}
-        counts = Counter(apart.get(outcome, outcome.status) for outcome in outcome_of.values())
-        metrics: dict[str, float] = {"gagar/groups": float(n), "gagar/waited": waited}
-        for name in ("graded", "skipped", "failed", "late", "ungraded"):
-            metrics[f"gagar/{name}"] = counts[name] / n if n else 0.0
-        failures = Counter(
-            outcome.value
-            for outcome in outcome_of.values()
-            if outcome.status == "failed" and outcome not in apart
-        )
-        for code, count in failures.most_common(TOP_REASONS):
-            metrics[f"gagar/failed/{code}"] = count / n
-        passing = [w for weights in group_weights.values() for w in weights.values()]
-        if passing:
-            metrics["gagar/weight_min"] = float(np.min(passing))
-            metrics["gagar/weight_std"] = float(np.std(passing))
-        if latencies:
-            metrics["gagar/latency_p50"] = float(np.percentile(latencies, 50))
-            metrics["gagar/latency_p95"] = float(np.percentile(latencies, 95))
-        if flag_share is not None:
-            metrics["gagar/flag_share"] = flag_share
-        bias = _position_bias(results)
-        if bias is not None:
-            metrics["gagar/position_bias"] = bias
-        if agreement is not None:
-            metrics["gagar/self_agreement"] = agreement
-        # The length monitor (grader.ranking.length): Kendall tau of credit with length, and the lengths of
-        # the top- and bottom-ranked trajectories, averaged over this step's graded groups.
-        reading = read_step("step", list(results.values()))
-        for name, values in (
-            ("length_tau_weight", reading.taus),
-            ("length_tau_advantage", reading.advantage_taus),
-            ("length_tau_patch", reading.patch_taus),
-            ("length_top", reading.top_lengths),
-            ("length_bottom", reading.bottom_lengths),
-        ):
-            if values:
-                metrics[f"gagar/{name}"] = float(np.mean(values))
-        metrics["gagar/self_checked"] = float(sum(1 for gid in checks if gid in results))
-        metrics["gagar/guard_fallback"] = float(fallback is not None)
-        return metrics
 
     def discard_pending(self) -> int:
         """Forget every submission not yet collected (groups the trainer dropped, e.g. by a filter).
@@ -647,7 +464,7 @@ class BatchGrader:
             self._abandon(submission, sorted(group_ids))
         return sum(len(group_ids) for _, group_ids in pending.values())
 
-    def close(self, timeout: float = CLOSE_WAIT) -> None:
+    def close(self, timeout: float | None = CLOSE_WAIT) -> None:
         """Stop grading: queued gradings are cancelled, running ones get at most `timeout` seconds to end.
 
         Returns within `timeout` (plus a few milliseconds) whatever the graders do: a grading still running
@@ -655,11 +472,15 @@ class BatchGrader:
         (their unfinished groups are late). The Ray grader is left to its owner. Calling it again is harmless.
 
         Args:
-            timeout: seconds to wait for running gradings (default `CLOSE_WAIT`).
+            timeout: seconds to wait for running gradings (default `CLOSE_WAIT`; None or `math.inf`: until
+                they end; a negative one: no wait).
+        Raises:
+            ValueError, TypeError: the timeout is NaN, or not a number; the grader is left open.
         """
+        limit = checked_seconds(timeout, "timeout")
         running = self._workers.close()
         if running:
-            wait_futures(running, timeout=max(0.0, timeout))
+            wait_futures(running, timeout=wait_seconds(limit))
 
 
 def _is_mixed(group: Group) -> bool:
@@ -687,19 +508,6 @@ def _resolve(future: Future[GroupResult], result: GroupResult) -> None:
             future.set_result(result)
 
 
-def _scan(group: Group, cap: int) -> dict[str, list[str]]:
-    """The guard's scan of a group's passing patches: trajectory id -> lines addressing the grader.
-
-    A patch over the size cap is not read (the workspace declines it anyway): the scan's work is bounded
-    by the cap, whatever a row holds.
-    """
-    return {
-        t.id: hits
-        for t in group.trajectories
-        if t.passed and len(t.patch) <= cap and (hits := find_injections(t.patch))
-    }
-
-
 def _settle(
     submission: _Submission, group_id: str
 ) -> tuple[GroupResult | None, GroupResult | None, float | None]:
@@ -717,37 +525,3 @@ def _settle(
     done = submission.done_at.get(group_id)
     latency = None if result is None or done is None else done - submission.submitted
     return result, outcome(submission.checks.get(group_id)), latency
-
-
-def _flag_share(groups: dict[str, RowGroup], flagged: dict[str, dict[str, list[str]]]) -> float | None:
-    passing = sum(
-        1 for gid in flagged if (g := groups[gid].group) is not None for t in g.trajectories if t.passed
-    )
-    if not passing:
-        return None
-    return sum(len(hits) for hits in flagged.values()) / passing
-
-
-def _agreement(results: dict[str, GroupResult], checks: dict[str, GroupResult]) -> float | None:
-    taus = []
-    for gid, check in checks.items():
-        first = results.get(gid)
-        if first is None or first.status != "graded" or check.status != "graded":
-            continue
-        value = ranking_agreement.mean_tau([first.ranking, check.ranking])
-        if value is not None:
-            taus.append(value)
-    return float(np.mean(taus)) if taus else None
-
-
-def _position_bias(results: dict[str, GroupResult]) -> float | None:
-    shown, rankings = [], []
-    for result in results.values():
-        labels, order = result.details.get("labels"), result.details.get("shown")
-        if result.status == "graded" and isinstance(labels, dict) and isinstance(order, list):
-            shown.append([list(labels[label]) for label in order if label in labels])
-            rankings.append(result.ranking)
-    if not shown:
-        return None
-    bias = ranking_agreement.position_bias(shown, rankings)
-    return bias.first_ranked_first - bias.chance

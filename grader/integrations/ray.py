@@ -19,6 +19,7 @@ from grader.graders.base import Grader, get_grader
 from grader.groups.formats import LoadFailure
 from grader.groups.models import Group, GroupResult
 from grader.groups.outcomes import Outcome
+from grader.integrations.deadlines import checked_seconds, wait_seconds
 from grader.pipeline import GradingOptions, grade_group_contained, passthrough
 
 try:
@@ -90,7 +91,8 @@ class RayGrader:
 
     `actors` actors each run up to `per_actor` groups at once. `retries` is how many more actors a group
     whose actor died is tried on. `deadline` (seconds from the start of a call) stops waiting: unfinished
-    groups come back as `failed` with their advantages unchanged.
+    groups come back as `failed` with their advantages unchanged (None or `math.inf`: wait for all; NaN or
+    a value that is not a number: ValueError or TypeError here, before Ray starts).
 
     A lost actor (its process, or its whole node, gone) is replaced by a new one, which Ray places on a node
     still there; the groups it held are tried again, and a group out of retries fails with a reason naming
@@ -111,6 +113,7 @@ class RayGrader:
         deadline: float | None = None,
         actor_options: dict[str, Any] | None = None,
     ) -> None:
+        deadline = checked_seconds(deadline, "deadline")  # before Ray starts: refused at the call
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         name, grader_opts = grader_name, dict(grader_options or {})
@@ -231,7 +234,7 @@ class RayGrader:
                 if stop.is_set():
                     break
                 timeout = STOP_POLL if timeout is None else min(timeout, STOP_POLL)
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_seconds(timeout))
             for ref in done:
                 job = pending.pop(ref)
                 load[job.actor] -= 1

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from grader.integrations.batch import BatchGrader, StepWeights
+from grader.integrations.deadlines import checked_seconds
 from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages
 from grader.integrations.weights import WeightsFn, call_weights_fn
@@ -206,9 +207,12 @@ class SlimeGrading:
     Args:
         grader: the batch grader (its mapping reads :func:`slime_rows`; :data:`SLIME_MAPPING` by default).
         reward_fn: your group reward ``(args, samples) -> rewards`` (a coroutine function or a plain one).
-        deadline: seconds the post-process waits for grading at most.
+        deadline: seconds the post-process waits for grading at most (None: the grader's own default;
+            ``math.inf``: every group).
         pass_threshold: the reward a passing sample reaches.
         preserve: ``token`` (slime's per-token loss) or ``sequence``.
+    Raises:
+        ValueError, TypeError: the deadline is NaN, or not a number (refused here, never in a step).
     """
 
     def __init__(
@@ -221,7 +225,7 @@ class SlimeGrading:
     ) -> None:
         self.grader = grader
         self.reward_fn = reward_fn
-        self.deadline = deadline
+        self.deadline = checked_seconds(deadline, "deadline")
         self.pass_threshold = pass_threshold
         self.preserve: Preserve = preserve
         self.last_step: StepWeights | None = None

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from grader.integrations.batch import BatchGrader, StepWeights
+from grader.integrations.deadlines import checked_seconds
 from grader.integrations.tensors import redistribute_advantages, to_numpy
 from grader.integrations.weights import WeightsFn, call_weights_fn
 from grader.redistribution.redistribute import Preserve
@@ -165,7 +166,9 @@ class GagarGRPOTrainer(GRPOTrainer):
     last step's ``{group: reason}`` and ``self.gagar_step`` the grader's last ``StepWeights``.
 
     Raises:
-        ValueError: (constructor) neither or both of ``grader`` and ``weights_fn`` are given.
+        ValueError: (constructor) neither or both of ``grader`` and ``weights_fn`` are given, or the
+            deadline is NaN (``math.inf`` waits for every group; ``grader.integrations.deadlines``).
+        TypeError: (constructor) the deadline is not a number.
     """
 
     def __init__(
@@ -181,6 +184,7 @@ class GagarGRPOTrainer(GRPOTrainer):
     ) -> None:
         if (weights_fn is None) == (grader is None):
             raise ValueError("give GagarGRPOTrainer exactly one of grader or weights_fn")
+        checked_seconds(deadline, "deadline")  # refused here, before training, never in a step
         super().__init__(*args, **kwargs)
         self.gagar_grader = grader
         self.gagar_deadline = deadline

@@ -1,6 +1,7 @@
 """Ranking math, in one home: a ranking's tiers and their validation (`order`), agreement between
 rankings (`agreement`: Kendall's tau-b, mean tau, position bias), references and the credit a ranking earns
-against them (`references`), and the length monitor (`length`).
+against them (`references`: the type and credit in `reference_model`, the files in `reference_files`), and
+the length monitor (`length`).
 """
 
 from __future__ import annotations

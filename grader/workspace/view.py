@@ -4,19 +4,19 @@ Graders receive a view, never the workspace: they can ask which candidates to ra
 applied, and read trees and diffs through git objects, but cannot reach the workspace's build state or change
 anything. `Workspace` implements the protocol; the pipeline hands graders a `WorkspaceView` over it, which
 exposes the protocol and nothing else. A view is also a sandbox's `TreeSource` (`targets`, `archive`).
+
+This module sits a floor below the workspace (docs/architecture.md, *Floors*): it names what a view reads of
+a workspace as a Protocol (`ViewedWorkspace`) and never the workspace module, which imports this one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from grader.groups.models import PatchStats, Task
 from grader.util.concurrency import Concurrency
-
-if TYPE_CHECKING:
-    from grader.workspace.workspace import Workspace
 
 BASE = "base"
 """The target name of the task's base commit, next to the trajectory ids."""
@@ -118,12 +118,53 @@ class GradingView(Protocol):
         ...
 
 
+class ViewedWorkspace(Protocol):
+    """What `WorkspaceView` reads of a workspace (`grader.workspace.workspace.Workspace` is the one in use):
+    the `GradingView` methods, with `candidate_infos()` for `candidates()` and the bounds as `resources`."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def task(self) -> Task: ...
+
+    @property
+    def resources(self) -> Concurrency: ...
+
+    @property
+    def classes(self) -> Sequence[Sequence[str]]: ...
+
+    def gradable(self) -> list[str]: ...
+
+    def candidate_infos(self) -> list[CandidateInfo]: ...
+
+    def candidate(self, trajectory_id: str) -> CandidateInfo: ...
+
+    def patch(self, trajectory_id: str) -> str: ...
+
+    def targets(self) -> list[str]: ...
+
+    def diff(
+        self, target: str, against: str = BASE, paths: list[str] | None = None, context: int = 3
+    ) -> str: ...
+
+    def read_file(self, target: str, path: str) -> bytes: ...
+
+    def exists(self, target: str, path: str) -> bool: ...
+
+    def list_files(self, target: str, under: str = "") -> list[str]: ...
+
+    def grep(self, target: str, pattern: str, path: str | None = None, max_count: int = 200) -> list[str]: ...
+
+    def archive(self, target: str) -> bytes: ...
+
+
 class WorkspaceView:
     """The `GradingView` of a workspace: its reading methods and nothing else (see module docstring)."""
 
     __slots__ = ("_workspace", "_resources")
 
-    def __init__(self, workspace: Workspace, resources: Concurrency | None = None) -> None:
+    def __init__(self, workspace: ViewedWorkspace, resources: Concurrency | None = None) -> None:
         self._workspace = workspace
         self._resources = resources or workspace.resources
 

@@ -31,14 +31,9 @@ from grader.evaluation.prepare import (
 from grader.evaluation.recipe import EXCLUDED_REPOSITORIES, load_recipe
 from grader.workspace.gitcmd import git
 from tests.conftest import REPO_ROOT
-from tests.support.recipe_sources import DATA, TASK, build_recipe_sources, commit_all
+from tests.support.recipe_sources import DATA, TASK, commit_all, sources
 
-
-@pytest.fixture
-def sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
-    """A source root holding acme/runs and acme/widget, and a recipe pointing into them."""
-    monkeypatch.setenv("GAGAR_CACHE", str(tmp_path / "cache"))
-    return build_recipe_sources(tmp_path)
+__all__ = ["sources"]  # the fixture
 
 
 def edit_lines(path: Path, change) -> None:  # type: ignore[no-untyped-def]

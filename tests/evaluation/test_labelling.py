@@ -14,7 +14,7 @@ from grader.evaluation.benchmark import load_benchmark
 from grader.evaluation.prepare import SourceLocator, prepare, resolve_bench
 from grader.evaluation.recipe import load_recipe
 from tests.conftest import REPO_ROOT
-from tests.evaluation.test_bench_prepare import sources  # noqa: F401 (the fixture: a tiny recipe and its git sources)
+from tests.support.recipe_sources import sources  # noqa: F401 (the fixture: a tiny recipe and its git sources)
 
 spec = importlib.util.spec_from_file_location("labelling", REPO_ROOT / "benchmarks/tools/labelling.py")
 assert spec is not None and spec.loader is not None

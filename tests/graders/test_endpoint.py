@@ -24,7 +24,7 @@ from grader.inspect.steps import to_steps
 from grader.pipeline import grade_group_sync
 from grader.servers.scripted import NOT_STREAMING, Reply, ScriptedServer, error, labels_in, text
 from tests.conftest import EXAMPLE_GROUP, run_gagar
-from tests.graders.test_llm_grader import FAST, inspector, submit
+from tests.support.llm_policies import FAST, inspector, submit
 
 
 def grade_twice(

@@ -22,7 +22,7 @@ import pytest
 import grader.inspect.report as report_module
 from grader.inspect.report import write_report
 from tests.conftest import REPO_ROOT, run_gagar
-from tests.inspect.test_inspect_runs import (
+from tests.support.inspect_runs import (
     GROUP,
     HOSTILE_GROUP,
     heuristic_run,

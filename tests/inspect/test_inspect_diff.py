@@ -9,8 +9,7 @@ import pytest
 
 from grader.inspect.diff import compare
 from grader.inspect.run import load_run
-from tests.inspect.test_inspect_runs import GROUP, heuristic_run
-from tests.inspect.test_inspect_show import inspect_cli
+from tests.support.inspect_runs import GROUP, heuristic_run, inspect_cli
 
 __all__ = ["heuristic_run"]
 

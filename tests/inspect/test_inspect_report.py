@@ -11,16 +11,16 @@ from pathlib import Path
 from grader.inspect.assets import JS
 from grader.inspect.report import MAX_TEXT, build_report, embed_json, group_payload, write_report
 from grader.inspect.run import load_run
-from tests.inspect.test_inspect_runs import (
+from tests.support.inspect_runs import (
     GROUP,
     HOSTILE_GROUP,
     PAYLOAD,
     heuristic_run,
     hostile_run,
+    inspect_cli,
     llm_run,
     synthetic_run,
 )
-from tests.inspect.test_inspect_show import inspect_cli
 
 __all__ = ["heuristic_run", "hostile_run", "llm_run"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,16 +14,18 @@ from rich.console import Console
 
 from grader.inspect import show
 from grader.inspect.run import load_run
-from tests.conftest import REPO_ROOT, run_gagar
-from tests.inspect.test_inspect_runs import GROUP, HOSTILE_GROUP, SNEAKY, heuristic_run, hostile_run, llm_run
+from tests.conftest import REPO_ROOT
+from tests.support.inspect_runs import (
+    GROUP,
+    HOSTILE_GROUP,
+    SNEAKY,
+    heuristic_run,
+    hostile_run,
+    inspect_cli,
+    llm_run,
+)
 
 __all__ = ["heuristic_run", "hostile_run", "llm_run"]  # session fixtures shared with the other inspect tests
-
-
-def inspect_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The subcommands as a separate process whose stdout is a pipe, not a terminal."""
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
-    return run_gagar(*args, module="grader.inspect.cli", env=env)
 
 
 def test_the_run_summary_piped_is_plain_text(heuristic_run: Path) -> None:
@@ -136,7 +137,7 @@ def test_errors_name_the_problem(heuristic_run: Path, tmp_path: Path) -> None:
 
 
 def test_many_groups_list_failures_first_and_cut(tmp_path: Path, llm_run: Path) -> None:
-    from tests.inspect.test_inspect_runs import synthetic_run
+    from tests.support.inspect_runs import synthetic_run
 
     run = synthetic_run(tmp_path / "run", llm_run, 60)
     out = inspect_cli("show", str(run), "--limit", "5").stdout

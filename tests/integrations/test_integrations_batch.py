@@ -6,6 +6,8 @@ the graders written here are real `Grader`s that sleep, raise or contradict them
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import random
 import threading
 import time
@@ -255,6 +257,124 @@ def test_a_grader_crash_costs_its_group_only() -> None:
     assert step.weights[: len(group.trajectories)].min() < 1.0
     assert step.metrics["gagar/failed/internal_error"] == 0.5
     grader.close()
+
+
+# -- deadlines, timeouts and budgets as a trainer may give them ---------------------------------------
+
+
+@pytest.mark.parametrize("given_to", ["weights", "constructor"])
+@pytest.mark.parametrize("deadline", [math.inf, 1e300, 10**400], ids=["inf", "1e300", "10**400"])
+def test_an_infinite_or_huge_deadline_waits_for_every_group(given_to: str, deadline: float) -> None:
+    # Python's waits overflow past threading.TIMEOUT_MAX: the trainer saw OverflowError mid-step.
+    rows = rows_of(example())
+    grader = BatchGrader(Sleepy(0.3), VERL_LIKE, deadline=deadline if given_to == "constructor" else None)
+    try:
+        grader.submit(rows)
+        step = grader.weights(rows, deadline=deadline) if given_to == "weights" else grader.weights(rows)
+    finally:
+        grader.close()
+    assert set(step.outcomes) == {Outcome.GRADED}
+    assert step.weights.min() < 1.0 and step.metrics["gagar/waited"] >= 0.25
+
+
+def test_a_nan_or_non_number_deadline_is_refused_where_it_is_given_and_loses_no_row() -> None:
+    with pytest.raises(ValueError, match="deadline is a number of seconds or None, not NaN"):
+        BatchGrader(HeuristicGrader(), VERL_LIKE, deadline=math.nan)
+    with pytest.raises(TypeError, match="deadline is a number of seconds or None, not str '60'"):
+        BatchGrader(HeuristicGrader(), VERL_LIKE, deadline="60")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="budget"):
+        BatchGrader(HeuristicGrader(), VERL_LIKE, budget=math.nan)
+    rows = rows_of(example())
+    grader = BatchGrader(HeuristicGrader(), VERL_LIKE)
+    try:
+        grader.submit(rows)
+        with pytest.raises(ValueError, match="deadline is a number of seconds or None, not NaN"):
+            grader.weights(rows, deadline=math.nan)  # NaN waited for nothing: every group came back late
+        with pytest.raises(TypeError, match="not bool True"):
+            grader.weights(rows, deadline=True)  # type: ignore[arg-type]
+        step = grader.weights(rows, deadline=60)  # the refused calls kept every row
+    finally:
+        grader.close()
+    assert set(step.outcomes) == {Outcome.GRADED}
+
+
+def test_a_negative_deadline_is_one_already_past() -> None:
+    rows = rows_of(example())
+    grader = BatchGrader(Sleepy(2.0), VERL_LIKE)
+    try:
+        grader.submit(rows)
+        began = time.monotonic()
+        step = grader.weights(rows, deadline=-1.0)
+        took = time.monotonic() - began
+    finally:
+        grader.close(timeout=0)
+    assert took < 1.0, took
+    assert set(step.outcomes) == {Outcome.DEADLINE} and np.all(step.weights == 1.0)
+
+
+def test_close_without_limit_waits_for_the_running_gradings_and_refuses_nan() -> None:
+    rows = rows_of(example())
+    grader = BatchGrader(Sleepy(0.5), VERL_LIKE)
+    grader.submit(rows)
+    time.sleep(0.1)  # the grading is running
+    began = time.monotonic()
+    grader.close(timeout=math.inf)
+    assert time.monotonic() - began >= 0.3  # it waited for the grading, which then finished
+    assert set(grader.weights(rows, deadline=0).outcomes) == {Outcome.GRADED}
+    other = BatchGrader(HeuristicGrader(), VERL_LIKE)
+    with pytest.raises(ValueError, match="timeout is a number of seconds or None, not NaN"):
+        other.close(timeout=math.nan)
+    assert other.submit(rows) == 1  # the refused close left it open
+    assert set(other.weights(rows, deadline=60).outcomes) == {Outcome.GRADED}
+    other.close()
+
+
+@pytest.mark.parametrize("budget", [math.inf, 1e300], ids=["inf", "1e300"])
+def test_an_infinite_or_huge_budget_cuts_nothing_off(monkeypatch: pytest.MonkeyPatch, budget: float) -> None:
+    # A threading.Timer of that many seconds raised OverflowError in its own thread at every grading.
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    rows = rows_of(example())
+    grader = BatchGrader(Sleepy(0.2), VERL_LIKE, budget=budget)
+    try:
+        grader.submit(rows)
+        step = grader.weights(rows, deadline=60)
+    finally:
+        grader.close()
+    assert set(step.outcomes) == {Outcome.GRADED}
+    assert raised == []
+
+
+def test_every_adapter_refuses_a_nan_deadline_where_it_is_given() -> None:
+    # Where a trainer sets a deadline up, before training: never mid-step.
+    batch = BatchGrader(HeuristicGrader(), VERL_LIKE)
+    try:
+        pytest.importorskip("torch", reason="the integrations extra is not installed")
+        from grader.integrations.slime import SlimeGrading
+
+        with pytest.raises(ValueError, match="deadline .* not NaN"):
+            SlimeGrading(batch, lambda args, samples: [1.0] * len(samples), deadline=math.nan)
+        if importlib.util.find_spec("trl") is not None:
+            from grader.integrations.trl import GagarGRPOTrainer
+
+            with pytest.raises(ValueError, match="deadline .* not NaN"):
+                GagarGRPOTrainer(grader=batch, deadline=math.nan)
+        if importlib.util.find_spec("verl") is not None:
+            from verl.trainer.ppo import ray_trainer
+
+            from grader.integrations.verl import plugin
+
+            before = ray_trainer.extract_reward
+            with pytest.raises(ValueError, match="deadline .* not NaN"):
+                plugin.attach(batch, deadline=math.nan)
+            assert ray_trainer.extract_reward is before  # nothing patched
+        if importlib.util.find_spec("ray") is not None:
+            from grader.integrations.ray import RayGrader
+
+            with pytest.raises(ValueError, match="deadline .* not NaN"):
+                RayGrader(deadline=math.nan)
+    finally:
+        batch.close()
 
 
 # -- the guard -----------------------------------------------------------------------------------------

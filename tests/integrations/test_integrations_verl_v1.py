@@ -34,8 +34,8 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 from grader.graders.heuristic import HeuristicGrader  # noqa: E402
 from grader.groups.formats import load_group_file  # noqa: E402
 from grader.integrations import verl as gagar_verl  # noqa: E402
-from grader.integrations import verl_plugin  # noqa: E402
 from grader.integrations.batch import BatchGrader  # noqa: E402
+from grader.integrations.verl import plugin as verl_plugin  # noqa: E402
 from grader.pipeline import grade_group_sync  # noqa: E402
 from tests.conftest import EXAMPLE_GROUP  # noqa: E402
 
@@ -45,7 +45,7 @@ DP_SIZE = 4  # 11 rows: verl pads the batch with one synthetic row to a multiple
 @pytest.fixture(scope="module", autouse=True)
 def transfer_queue():
     # As a verl run registers gagar's names in its actors (the trainer's TaskRunner, reward-loop workers).
-    hook = {"worker_process_setup_hook": "grader.integrations.verl_plugin.register"}
+    hook = {"worker_process_setup_hook": "grader.integrations.verl.plugin.register"}
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, runtime_env=hook)
     # One storage unit: the controller and two units would want more CPUs than the test cluster has.
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
@@ -303,7 +303,7 @@ def test_ray_setup_hook_registers_both_names_in_verls_actors() -> None:
         from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
         from verl.trainer.ppo import core_algos
 
-        hooked = "grader.integrations.verl_plugin" in sys.modules
+        hooked = "grader.integrations.verl.plugin" in sys.modules
         estimator = core_algos.get_adv_estimator_fn("gagar_grpo")
         manager = get_reward_manager_cls("gagar")
         return (
@@ -314,6 +314,6 @@ def test_ray_setup_hook_registers_both_names_in_verls_actors() -> None:
 
     assert ray.get(ray.remote(names_in_a_ray_worker).remote()) == (
         True,
-        "grader.integrations.verl_plugin.gagar_grpo_advantage",
-        "grader.integrations.verl_plugin.GagarRewardManager",
+        "grader.integrations.verl.plugin.gagar_grpo_advantage",
+        "grader.integrations.verl.plugin.GagarRewardManager",
     )

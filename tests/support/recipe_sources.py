@@ -1,4 +1,5 @@
-"""A recipe of pointers into two real git repositories built for the test (`gagar bench prepare`'s tests).
+"""A recipe of pointers into two real git repositories built for the test (`gagar bench prepare`'s tests, the
+labelling tool's and the hostile recipes'; `sources` is the fixture, `build_recipe_sources` the function).
 
 A data source (acme/runs: three runs' prediction files, their harness reports and the dataset rows,
 committed) and a task repository (acme/widget: two base commits); the recipe points at them by commit, path
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from grader.evaluation.recipe import sha256_bytes, sha256_text
 from grader.workspace.gitcmd import git
@@ -108,3 +111,11 @@ def build_recipe_sources(tmp_path: Path) -> dict[str, Any]:
     (recipe / "candidates.jsonl").write_text("".join(json.dumps(c) + "\n" for c in candidates))
     (recipe / "split.json").write_text(json.dumps({"dev": [instances[0]], "test": [instances[1]]}))
     return {"root": root, "recipe": recipe, "data": data, "task": task, "commit": commit}
+
+
+@pytest.fixture
+def sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A source root holding acme/runs and acme/widget, and a recipe pointing into them; the data cache in
+    `tmp_path`."""
+    monkeypatch.setenv("GAGAR_CACHE", str(tmp_path / "cache"))
+    return build_recipe_sources(tmp_path)

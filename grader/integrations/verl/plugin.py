@@ -15,7 +15,7 @@ Importing this module (or calling :func:`register`) registers, through verl's ow
 Both registries live in each process, so they must be filled where verl looks them up: the reward manager
 in the reward-loop workers, the estimator in the trainer (verl's ``TaskRunner`` actor). Ray's
 ``worker_process_setup_hook`` does that for every Ray worker:
-``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=grader.integrations.verl_plugin.register``.
+``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=grader.integrations.verl.plugin.register``.
 
 Submission needs one private hook per trainer: verl has no public point where the driver sees a step's
 rows with their rewards. The reward manager cannot submit groups: it sees one trajectory, in a Ray actor,
@@ -50,11 +50,12 @@ from typing import Any
 
 import numpy as np
 
-from grader.errors import GagarError
 from grader.integrations.batch import BatchGrader, StepWeights
+from grader.integrations.deadlines import checked_seconds
 from grader.integrations.rows import RowMapping
 from grader.integrations.tensors import redistribute_advantages, to_numpy
-from grader.integrations.verl import PASS_FLAG_KEY, ROW_KEY, verl_rows
+from grader.integrations.verl.advantages import PASS_FLAG_KEY, ROW_KEY, verl_rows
+from grader.integrations.verl.versions import SUPPORTED_VERL, VerlVersionError, check_verl_version
 from grader.redistribution.redistribute import Preserve
 
 __all__ = [
@@ -73,44 +74,8 @@ log = logging.getLogger("grader.integrations.verl")
 
 REWARD_MANAGER = "gagar"
 ADV_ESTIMATOR = "gagar_grpo"
-SUPPORTED_VERL = ("0.9.0", "0.10")
-"""The verl releases the private hooks of :func:`attach` are written for: ``>=0.9.0,<0.10``."""
 V1_FIELDS = ("uid", "rm_scores", "response_mask", "extra_fields", "extra_info")
 """What the v1 hook reads from TransferQueue for each row, besides the names the row mapping reads."""
-
-
-class VerlVersionError(GagarError, RuntimeError):
-    """The installed verl is outside :data:`SUPPORTED_VERL`."""
-
-
-def check_verl_version(version: str | None = None) -> str:
-    """Fail loudly unless verl's version is in :data:`SUPPORTED_VERL`.
-
-    Args:
-        version: the version to check (default: the installed ``verl.__version__``).
-    Returns:
-        the version checked.
-    Raises:
-        VerlVersionError: verl is outside the supported range, or its version cannot be read.
-    """
-    from packaging.version import InvalidVersion, Version
-
-    if version is None:
-        import verl
-
-        version = str(getattr(verl, "__version__", ""))
-    low, high = SUPPORTED_VERL
-    try:
-        supported = Version(low) <= Version(version) < Version(high)
-    except InvalidVersion:
-        supported = False
-    if not supported:
-        raise VerlVersionError(
-            f"gagar's verl hooks support verl >={low},<{high}; the installed verl is {version or 'unknown'}. "
-            f"They wrap private verl functions whose behaviour changes between releases: install a "
-            f"supported verl (pip install 'verl>={low},<{high}') or a gagar release that supports {version}."
-        )
-    return version
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -348,7 +313,8 @@ def attach(
         grader: the batch grader (threads or Ray); its row mapping reads rows made by
             :func:`~grader.integrations.verl.verl_rows` (``VERL_MAPPING`` fits a dataset whose ``extra_info``
             holds the task and a reward function that returns the ``patch``).
-        deadline: seconds the estimator waits at most (None: the grader's own default).
+        deadline: seconds the estimator waits at most (None: the grader's own default; ``math.inf``: every
+            group).
         pass_threshold: the summed score a passing response reaches.
         preserve: ``token`` for verl's default ``loss_agg_mode=token-mean``; see
             :func:`~grader.integrations.verl.preserve_for_loss_agg_mode`.
@@ -357,8 +323,11 @@ def attach(
         ``detach()``, which puts verl's functions back and forgets `grader`.
     Raises:
         VerlVersionError: the installed verl is outside :data:`SUPPORTED_VERL` (the hooks are private).
+        ValueError, TypeError: the deadline is NaN, or not a number (refused here, never in a step; nothing
+            is patched).
     """
     global _session
+    deadline = checked_seconds(deadline, "deadline")
     register()  # checks the version
     import importlib
 

@@ -1,4 +1,5 @@
-"""verl: redistribute GRPO advantages right after verl computes them, and sample only mixed groups.
+"""verl without a grader in the step: redistribute GRPO advantages right after verl computes them, and
+sample only mixed groups. Imports no verl until a function is called.
 
 verl computes GRPO advantages in ``verl.trainer.ppo.ray_trainer.compute_advantage(data, adv_estimator,
 ...)`` with ``core_algos.compute_grpo_outcome_advantage``: groups are the rows sharing
@@ -15,12 +16,6 @@ Dynamic sampling: verl's DAPO group filter (``algorithm.filter_groups.enable=Tru
 exactly the mixed groups, the ones gagar grades. :func:`with_pass_flag` makes a reward function report
 ``acc``; :func:`mixed_rows` is the same rule for custom loops.
 
-Grading inside the step: :mod:`grader.integrations.verl_plugin` registers gagar's reward manager
-(``reward.reward_manager.name=gagar``) and advantage estimator (``algorithm.adv_estimator=gagar_grpo``) in
-verl's registries, and ``verl_plugin.attach(grader)`` submits each step's rows (made by :func:`verl_rows`)
-as soon as the trainer sees the rewards. ``install_grader``, which wrapped seven verl functions, private ones
-included, is gone: use ``attach`` and set ``algorithm.adv_estimator=gagar_grpo`` (see the plugin's docstring).
-
 Tested against the real verl package (``pip install verl``; runs on CPU; v1 on a local Ray cluster with
 TransferQueue).
 """
@@ -36,6 +31,7 @@ import numpy as np
 
 from grader.integrations.rows import RowMapping, task_paths
 from grader.integrations.tensors import redistribute_advantages, to_numpy
+from grader.integrations.verl.versions import check_verl_version
 from grader.integrations.weights import WeightsFn, call_weights_fn
 from grader.redistribution.redistribute import Preserve, mixed_group_mask
 
@@ -140,14 +136,12 @@ def install(
 
     Call it in the driver process before ``trainer.fit()`` (verl computes advantages on the driver).
     ``compute_advantage`` is looked up by name in both trainer modules, a private contract, so the installed
-    verl must be in :data:`~grader.integrations.verl_plugin.SUPPORTED_VERL`.
+    verl must be in :data:`~grader.integrations.verl.versions.SUPPORTED_VERL`.
 
     Raises:
         VerlVersionError: the installed verl is outside the supported range.
     """
     import importlib
-
-    from grader.integrations.verl_plugin import check_verl_version
 
     check_verl_version()
 
@@ -257,15 +251,3 @@ def verl_rows(
         )
         rows.append(row)
     return rows
-
-
-def __getattr__(name: str) -> Any:
-    # install_grader patched seven verl functions, private ones included; the migration is one line.
-    if name == "install_grader":
-        raise AttributeError(
-            "grader.integrations.verl.install_grader was removed: call "
-            "grader.integrations.verl_plugin.attach(batch_grader, deadline=...) in the trainer process "
-            "and set algorithm.adv_estimator=gagar_grpo (optionally reward.reward_manager.name=gagar) "
-            "in verl's config"
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
