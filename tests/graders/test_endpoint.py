@@ -24,29 +24,7 @@ from grader.inspect.steps import to_steps
 from grader.pipeline import grade_group_sync
 from grader.servers.scripted import NOT_STREAMING, Reply, ScriptedServer, error, labels_in, text
 from tests.conftest import EXAMPLE_GROUP, run_gagar
-from tests.support.llm_policies import FAST, inspector, submit
-
-
-def grade_twice(
-    server: ScriptedServer, tmp_path: Path, **options: Any
-) -> tuple[list[GroupResult], list[list[dict[str, Any]]]]:
-    """The bundled example graded twice by one grader (one endpoint), each grading's requests apart."""
-    (group,) = load_group_file(EXAMPLE_GROUP)
-    settings: dict[str, Any] = {"budgets": FAST, "sandbox": None, "seed": 7, **options}
-    grader = LLMGrader("scripted", base_url=server.url, **settings)
-    results, requests = [], []
-    for n in range(2):
-        before = len(server.requests)
-        folder = tmp_path / f"grading{n}"
-        grader.config.transcript_dir = folder
-        results.append(grade_group_sync(group, grader))
-        requests.append(server.requests[before:])
-    return results, requests
-
-
-def events_of(result: GroupResult, kind: str) -> list[dict[str, Any]]:
-    assert result.transcript, result.reason
-    return [e for e in read_transcript(result.transcript) if e["type"] == kind]
+from tests.support.llm_policies import FAST, MESSAGES, events_of, grade_twice, inspector, submit
 
 
 def assert_learnt_once(results: list[GroupResult], option: str, cause: str) -> None:
@@ -185,9 +163,6 @@ def test_a_request_lost_on_a_stale_kept_alive_connection_is_sent_again_at_once(t
     titles = [step.title for step in to_steps(read_transcript(result.transcript))]
     assert sum(title.startswith("sent again at once (a stale connection)") for title in titles) == 3
     assert events_of(result, "retry") == []  # at once: no backoff
-
-
-MESSAGES = [{"role": "user", "content": "Hello."}]
 
 
 def test_a_request_lost_twice_on_stale_connections_counts_as_an_attempt() -> None:

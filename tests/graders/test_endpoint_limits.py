@@ -20,8 +20,7 @@ from grader.inspect.steps import to_steps
 from grader.pipeline import grade_group_sync
 from grader.servers.scripted import Endless, Reply, ScriptedServer, assistant_turns, error, labels_in, text
 from tests.conftest import EXAMPLE_GROUP
-from tests.graders.test_endpoint import MESSAGES, events_of, grade_twice
-from tests.graders.test_llm_grader import inspector, submit
+from tests.support.llm_policies import MESSAGES, events_of, grade_twice, inspector, submit
 
 SLACK = 2.0
 """Seconds a bounded call may end after its bound: the watchdog's cut, the server noticing, a loaded
