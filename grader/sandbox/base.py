@@ -227,6 +227,22 @@ class Sandbox(ABC):
         self._closed = False
         self._close_lock = threading.Lock()
 
+    @classmethod
+    def remove_leftovers(cls, everything: bool = False) -> list[str]:
+        """Remove what this backend's sandboxes left when their owning process died without closing them
+        (SIGKILL, preemption). `leftovers.cleanup_leftovers` calls every registered backend's.
+
+        Args:
+            everything: Remove every sandbox's leftovers of this backend, including those of live owners.
+
+        Returns:
+            What was removed (container names, folder paths); the default removes nothing.
+
+        Raises:
+            SandboxUnavailable: the backend cannot be reached here (e.g. no Docker engine answers).
+        """
+        return []
+
     @property
     @abstractmethod
     def isolation(self) -> str:

@@ -47,6 +47,7 @@ from grader.sandbox.leftovers import (
     LABEL,
     LABEL_CREATED,
     LABEL_EXPIRES,
+    owner_alive,
     owner_labels,
     reap_dead_owners_once,
 )
@@ -157,13 +158,22 @@ class DockerSandbox(Sandbox):
         self._restart_lock = threading.Lock()
         self._one_at_a_time = threading.Lock()
         with contextlib.suppress(docker.errors.DockerException):  # best effort: never keeps a sandbox shut
-            reap_dead_owners_once("docker", self._client)
+            reap_dead_owners_once("docker", lambda: remove_leftover_containers(client=self._client))
         lifecycle.track(self)
         try:
             self._start()
         except BaseException:
             self.close()
             raise
+
+    @classmethod
+    def remove_leftovers(cls, everything: bool = False) -> list[str]:
+        """The sandbox containers whose owner is gone (all of them with `everything`), removed.
+
+        Raises:
+            SandboxUnavailable: no Docker engine answers.
+        """
+        return remove_leftover_containers(everything)
 
     @property
     def isolation(self) -> str:
@@ -388,6 +398,30 @@ class _Watchdog:
 
     def cancel(self) -> None:
         self._done.set()
+
+
+def remove_leftover_containers(everything: bool = False, client: Any = None) -> list[str]:
+    """Remove sandbox containers whose owner is gone (all with `everything`).
+
+    Args:
+        everything: Remove every sandbox container, including those of live owners.
+        client: The Docker client to use (a new one when None).
+
+    Returns:
+        The names of the removed containers.
+
+    Raises:
+        SandboxUnavailable: No Docker engine answers.
+    """
+    client = client or docker_client()
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+        if not everything and owner_alive(container.labels or {}):
+            continue
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            container.remove(force=True)  # APIError: already being removed (it ended by itself meanwhile)
+            removed.append(container.name)
+    return removed
 
 
 def _remove_container(container: Any) -> None:

@@ -196,13 +196,18 @@ class LocalSandbox(Sandbox):
         self._level = level
         self._archives = {t: trees.archive(t) for t in self._targets}
         self._prepared: dict[str, Path] = {}
-        reap_dead_owners_once("local")
+        reap_dead_owners_once("local", remove_leftover_dirs)
         self._root = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
         os.chmod(self._root, 0o711)  # each command's own uid must reach its box, and list nothing
         self._uid_base = 1_000_000 + secrets.randbelow(2_000) * 1_000_000 if _is_root() else None
         self._uids = itertools.count(1)
         self._nproc_extra = 0 if _is_root() else _count_processes(os.getuid())
         lifecycle.track(self)
+
+    @classmethod
+    def remove_leftovers(cls, everything: bool = False) -> list[str]:
+        """The sandbox folders whose owning process is gone (all of them with `everything`), removed."""
+        return remove_leftover_dirs(everything)
 
     @property
     def isolation(self) -> str:
