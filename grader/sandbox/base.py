@@ -367,13 +367,16 @@ def open_sandbox(
     test_command: str | None = None,
     limits: Limits | None = None,
     isolation: str | None = None,
+    slots: int | None = None,
 ) -> Sandbox:
     """Open a sandbox over `trees`; use it as a context manager.
 
     `image` (docker only) is used as is when given (e.g. a task's own image); otherwise the `gagar/python`
     image made by `build_images`. `isolation` (local only) is "auto" (the best available), "bubblewrap",
-    "namespaces" or "none" (no isolation at all: must be asked for by name). Raises `SandboxUnavailable`
-    when the backend or isolation cannot be had here, `SandboxError` when starting fails.
+    "namespaces" or "none" (no isolation at all: must be asked for by name). `slots` (docker only) caps the
+    containers that run targets at once (default: one per core, at most one per target). Raises
+    `SandboxUnavailable` when the backend or isolation cannot be had here, `SandboxError` when starting
+    fails, `TypeError` for `slots` on a backend without them.
     """
     if backend not in BACKENDS.names():
         known = ", ".join(repr(name) for name in BACKENDS.names())
@@ -386,4 +389,5 @@ def open_sandbox(
         setup=setup,
         test_command=test_command,
         limits=limits or Limits(),
+        **({} if slots is None else {"slots": slots}),
     )

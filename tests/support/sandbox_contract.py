@@ -17,7 +17,7 @@ def test_huge_output_is_cut_and_reported(sandbox) -> None:
 
 
 def test_tests_is_an_executable_in_a_shell_line(sandbox) -> None:
-    script = "cd pkg && tests 2>&1 | tail -n 1; command -v tests; sh -c 'tests -x -q' | tail -n 1"
+    script = "cd pkg && tests 2>&1 | tail -n 1; command -v tests; sh -c 'tests -x' | tail -n 1"
     result = sandbox.exec("A", script)
     summary, where, again = result.stdout.splitlines()
     assert result.ok and "1 passed" in summary and "1 passed" in again, result
