@@ -81,6 +81,7 @@ FLOORS: list[tuple[str, list[str]]] = [
         "sandboxes",
         [
             "sandbox.output",
+            "sandbox.bytecode",
             "sandbox.docker",
             "sandbox.local",
             "sandbox.lifecycle",

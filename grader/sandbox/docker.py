@@ -47,6 +47,7 @@ import docker.errors
 from grader.errors import SandboxError, SandboxUnavailable
 from grader.sandbox import lifecycle
 from grader.sandbox.base import DEFAULT_IMAGE, ExecResult, Limits, Sandbox, TreeSource, helper_files
+from grader.sandbox.bytecode import ADOPT_COMMAND, ADOPT_INSTALLED_BYTECODE
 from grader.sandbox.leftovers import (
     LABEL,
     LABEL_CREATED,
@@ -303,6 +304,17 @@ class DockerSandbox(Sandbox):
         if code != 0:
             raise SandboxError(f"could not load the trees into the container: {out[-2000:]!r}")
         slot.sources = {t: f"/pristine/{names[t]}" for t in slot.targets}
+        if not self.setup:  # with a setup, the set-up trees get it instead (see `_adopt`)
+            for target in slot.targets:
+                self._adopt_bytecode(container, slot.sources[target])
+
+    def _adopt_bytecode(self, container: Any, tree: str) -> None:
+        """Start, detached and at the lowest priority, the writing of bytecode into the pristine `tree` from
+        the image's installed copy of its package (see `bytecode`): commands meanwhile just compile."""
+        api = self._client.api
+        with contextlib.suppress(docker.errors.DockerException):  # an optimisation: never fails a command
+            argv = ["sh", "-c", ADOPT_COMMAND, ADOPT_INSTALLED_BYTECODE, tree]
+            api.exec_start(api.exec_create(container.id, argv, user="0:0")["Id"], detach=True)
 
     def _live_container(self, slot: _Slot, timeout: float) -> Any:
         """The container to run a command of `timeout` seconds in: one that will live past its end."""
@@ -422,6 +434,7 @@ class DockerSandbox(Sandbox):
         if copy.exit_code != 0:
             raise SandboxError(f"could not keep the set-up tree of {target!r}: {copy.output[-2000:]!r}")
         slot.sources[target] = dest
+        self._adopt_bytecode(container, dest)
 
     def _kill_uid(self, container: Any, uid: int, box: str) -> None:
         """Kill every process of `uid` and remove its box; kill the container if even that fails."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,14 +107,33 @@ def test_a_probe_imports_its_targets_tree_from_anywhere(group_id: str, sandbox_i
     trees = TaskTrees(group.task, mirror, path, function)
     probe = PROBE.format(module=module, function=function)
     subdir = path.split("/")[0]  # src/ or sympy/: a directory of the tree that is not its root
+    compiled = path.replace(".py", "").rsplit("/", 1)
+    pyc = f"{compiled[0]}/__pycache__/{compiled[1]}.cpython-*.pyc"
     with open_task_sandbox(trees, "docker") as sandbox:
         results = sandbox.exec_many(["base", "changed"], ["python", "-c", probe], env={"SUBDIR": subdir})
+        answers = _answers(results, path)
+        assert answers["changed"] == "'candidate'" and answers["base"] != "'candidate'", answers
+        # The installed copy's bytecode comes into base's pristine tree in the background (the changed file
+        # has no twin there): wait for it, then the same probe must answer the same, reading it.
+        deadline = time.monotonic() + 300
+        while not sandbox.exec("base", f"ls {pyc}").ok and time.monotonic() < deadline:
+            time.sleep(5)
+        probe_again = f"ls {pyc} 2>/dev/null; python -c {shlex.quote(probe)}"
+        again = sandbox.exec_many(["base", "changed"], probe_again, env={"SUBDIR": subdir})
+    assert again["base"].stdout.split("\n", 1)[0].endswith(".pyc"), again["base"]
+    assert again["changed"].stdout.startswith("root|"), again["changed"]  # no bytecode for the changed file
+    assert _answers(again, path) == answers
+
+
+def _answers(results: dict[str, Any], path: str) -> dict[str, str]:
+    """What the function answered on each target, checking every way of running imported the target's file."""
     answers: dict[str, str] = {}
     for target, result in results.items():
         assert result.ok, (target, result)
-        (_, root, _), *ways = [line.split("|") for line in result.stdout.splitlines()]
+        lines = [line.split("|") for line in result.stdout.splitlines() if "|" in line]
+        (_, root, _), *ways = lines
         assert len(ways) == 3, (target, result)
         for how, where, answer in ways:
             assert where == f"{root}/{path}", (target, how, where, answer)  # the target's own file
             assert answers.setdefault(target, answer) == answer, (target, how, answer)
-    assert answers["changed"] == "'candidate'" and answers["base"] != "'candidate'", answers
+    return answers
