@@ -1,59 +1,79 @@
-"""Bytecode for a pristine tree from the copy of its package installed in the image, without compiling.
+"""Bytecode for pristine trees, made once per container by root, so commands do not compile at each import.
 
-A task environment installs the repository into the image at some commit, and pip compiled it there. Every
-command runs in a fresh copy of its target's tree, so without bytecode in the pristine tree each command
-compiles every module it imports (sympy: `import sympy` took 1.5 to 2 times as long without it, measured on
-the sandbox's tmpfs). `ADOPT_INSTALLED_BYTECODE` runs as root inside the container on one pristine tree: for
-each `.py` file of a package at the tree's root or under `src/` whose bytes equal the installed file's, it
-writes the installed `.pyc`'s code under a checked-hash header (the source's hash), so Python uses it only
-while the source is byte for byte the one it was compiled from, and fixes its file names on loading. A file
-a candidate changed has no such twin and is compiled by the command that imports it, as before. Nothing of
-the tree is executed; each file is written beside the tree and renamed into it, so a command copying the
-tree meanwhile finds each `.pyc` whole or not at all (and never a partial file that is gone when copied).
+Every command runs in a fresh copy of its target's tree; without bytecode in the pristine tree each command
+compiled every module it imported again (sympy: `import sympy` took 1.5 to 2 times as long without it,
+measured on the sandbox's tmpfs). `ADOPT_INSTALLED_BYTECODE` runs as root inside the container on one
+pristine tree, detached, at the lowest priority: for each `.py` file of a package at the tree's root or under
+`src/`, it writes a checked-hash `.pyc` (the source's hash in its header: Python uses it only while the
+source is byte for byte the one it came from, and fixes its file names on loading). The code comes from the
+image's installed copy of the package when the installed source is the same bytes (a task environment
+installs the repository, and pip compiled it), else from compiling the source (compiling runs nothing of
+it). Results are kept per container by the source's sha256 (root-only), so the trees of one container (base
+and candidates share most files) pay for each distinct file once, one tree at a time. Each `.pyc` is
+hard-linked beside the tree and renamed into it, so a command copying the tree meanwhile finds each one whole
+or not at all; a command started before it is done compiles what it lacks, as before.
 
-Argument: the tree. Exits 0 whatever it found (no python3, another interpreter, nothing installed).
+Argument: the tree. Exits 0 whatever it found (no python3 in the image: nothing is done).
 """
 
 from __future__ import annotations
 
 ADOPT_INSTALLED_BYTECODE = r"""
-import importlib.util, os, sys, sysconfig
+import fcntl, hashlib, importlib.util, marshal, os, sys, sysconfig
 magic, tree = importlib.util.MAGIC_NUMBER, sys.argv[1].rstrip("/")
 site = sysconfig.get_paths()["purelib"]
-staging = tree + ".bytecode"  # beside the tree, on its filesystem: a copy of the tree never lists it
-os.makedirs(staging, exist_ok=True)
+cache = os.path.join(os.path.dirname(tree), ".bytecode")  # one per container: by the source's sha256
+os.makedirs(cache, mode=0o700, exist_ok=True)
+lock = open(os.path.join(cache, ".lock"), "w")
+fcntl.flock(lock, fcntl.LOCK_EX)  # one tree at a time: the next finds what this one compiled
+
+def bytecode(source, data, installed):
+    # The installed twin's code (no compile) when its source is the same bytes, else a compile (no run).
+    try:
+        with open(installed, "rb") as f:
+            if f.read() == data:
+                with open(importlib.util.cache_from_source(installed), "rb") as f:
+                    compiled = f.read()
+                if compiled[:4] == magic and len(compiled) > 16:
+                    return compiled[16:]
+    except OSError:
+        pass
+    return marshal.dumps(compile(data, source, "exec", dont_inherit=True))
+
+def place(data, path):
+    partial = os.path.join(cache, ".partial")  # on the tree's filesystem, never inside the tree
+    with open(partial, "wb") as f:
+        f.write(data)
+    os.replace(partial, path)
+
 for top in (tree, os.path.join(tree, "src")):
     names = os.listdir(top) if os.path.isdir(top) else []
     for name in names:
-        package, twin = os.path.join(top, name), os.path.join(site, name)
-        if not (os.path.isfile(os.path.join(package, "__init__.py")) and os.path.isdir(twin)):
+        package = os.path.join(top, name)
+        if not os.path.isfile(os.path.join(package, "__init__.py")):
             continue
         for folder, _, files in os.walk(package):
             for file in files:
                 if not file.endswith(".py"):
                     continue
                 source = os.path.join(folder, file)
-                installed = os.path.join(site, os.path.relpath(source, top))
                 try:
                     with open(source, "rb") as f:
                         data = f.read()
-                    with open(installed, "rb") as f:
-                        if f.read() != data:
-                            continue
-                    with open(importlib.util.cache_from_source(installed), "rb") as f:
-                        compiled = f.read()
-                except OSError:
-                    continue
-                if compiled[:4] != magic or len(compiled) < 16:
-                    continue
-                out = importlib.util.cache_from_source(source)
-                os.makedirs(os.path.dirname(out), exist_ok=True)
-                partial = os.path.join(staging, "partial")
-                with open(partial, "wb") as f:
-                    checked_hash = (3).to_bytes(4, "little") + importlib.util.source_hash(data)
-                    f.write(magic + checked_hash + compiled[16:])
-                os.replace(partial, out)
-os.rmdir(staging)
+                    kept = os.path.join(cache, hashlib.sha256(data).hexdigest())
+                    if not os.path.exists(kept):
+                        body = bytecode(source, data, os.path.join(site, os.path.relpath(source, top)))
+                        checked_hash = (3).to_bytes(4, "little") + importlib.util.source_hash(data)
+                        place(magic + checked_hash + body, kept)
+                    out = importlib.util.cache_from_source(source)
+                    os.makedirs(os.path.dirname(out), exist_ok=True)
+                    partial = os.path.join(cache, ".link")
+                    if os.path.lexists(partial):
+                        os.unlink(partial)
+                    os.link(kept, partial)
+                    os.replace(partial, out)
+                except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                    continue  # a file Python cannot compile: the command that imports it says why
 """
 """A Python program (`python3 -c PROGRAM TREE`); see the module docstring."""
 
