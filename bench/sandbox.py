@@ -133,7 +133,7 @@ def bench_run_calls(trees: object, runs: int) -> None:
                     cid,
                     ["sh", "-c", probe],
                     user="0:0",
-                    workdir=sb._sources[target],
+                    workdir=sb._slot_of[target].sources[target],
                     environment={"PYTHONDONTWRITEBYTECODE": "1"},
                 )["Id"]
                 api.exec_start(exec_id)
@@ -143,7 +143,7 @@ def bench_run_calls(trees: object, runs: int) -> None:
 
         def parallel(probe: str) -> None:  # the mechanism before: every target at once in one container
             argv = ["sh", "-c", probe]
-            list(pool.map(lambda t: sb._exec_alone(t, argv, 60.0, {}, setup=False), targets))
+            list(pool.map(lambda t: sb._exec_alone(sb._slot_of[t], t, argv, 60.0, {}, setup=False), targets))
 
         for name, probe in RUN_PROBES.items():
             took = interleaved(

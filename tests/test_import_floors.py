@@ -94,12 +94,6 @@ def test_version_comes_from_the_package_metadata() -> None:
     assert grader.__version__ == version("gagar")
 
 
-# The sandbox's docker <-> leftovers <-> local circle (lazy imports: leftovers reaching both backends'
-# reapers) is cut on the sandbox engineer's branch, h-sandbox; until it is merged, that circle, and it
-# alone, is an expected failure. Remove this entry with the merge.
-AWAITING_MERGE = [["sandbox.docker", "sandbox.leftovers", "sandbox.local"]]
-
-
 def _graph(root: Path = REPO_ROOT) -> tuple[list[Arrow], list[Floor]]:
     return import_arrows(root), read_floors(root / "docs" / "architecture.md")
 
@@ -126,9 +120,7 @@ def test_no_import_climbs_a_floor() -> None:
 def test_no_modules_import_each_other() -> None:
     arrows, _ = _graph()
     found = cycles(arrows)
-    assert [c for c in found if c not in AWAITING_MERGE] == []
-    if found:
-        pytest.xfail(f"cut on another branch, not merged yet: {found}")
+    assert found == []
 
 
 def test_the_walker_sees_imports_in_functions_and_for_type_checkers(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ target's files or what a later command starts from. Graders know the sandbox onl
 
 from __future__ import annotations
 
+import posixpath
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,80 @@ DEFAULT_IMAGE = "gagar/python:latest"
 
 Command = str | Sequence[str]
 """A shell command line (run by `sh -c`) or an argv list (run as is)."""
+
+
+TESTS_SCRIPT = r"""#!/bin/sh
+# tests: the task's test command, run from the root of this command's tree; arguments are added to it.
+bin=$(cd "$(dirname "$0")" && pwd)
+command=$(cat "$bin/test-command" 2>/dev/null)
+if [ -z "$command" ]; then
+  echo "tests: this task has no test command; run the test runner yourself (e.g. python -m pytest PATH)" >&2
+  exit 127
+fi
+cd "$bin/../t" || exit 125
+exec sh -c "$command"' "$@"' tests "$@"
+"""
+"""The `tests` executable first on every command's PATH (at `<box>/bin/tests`, its command in
+`<box>/bin/test-command`, the tree at `<box>/t`): a real file, so `tests 2>&1 | tail` works in a shell
+line."""
+
+GIT_SCRIPT = r"""#!/bin/sh
+# git: each target's tree is an export of its files, not a checkout, so it has no repository of its own.
+real=
+for dir in /usr/local/bin /usr/bin /bin; do
+  if [ -x "$dir/git" ]; then real=$dir/git; break; fi
+done
+case "$1" in
+  -C|-C*|--git-dir|--git-dir=*|--work-tree|--work-tree=*|--version|--help|-h|--exec-path|--exec-path=*|\
+  version|help|init|clone|config|ls-remote|"")
+    if [ -n "$real" ]; then exec "$real" "$@"; fi ;;
+esac
+if [ -n "$real" ] && "$real" rev-parse --git-dir >/dev/null 2>&1; then exec "$real" "$@"; fi
+echo "git: there is no git repository here: each target's tree is an export of its files (no .git, no" \
+  "history, no branches, no git diff). Compare targets with the diff tool; git init or git clone in" \
+  "\$TMPDIR work if git is installed." >&2
+exit 128
+"""
+"""The `git` first on every command's PATH: the real git where a repository is (one a command made, or
+`git -C`, `init`, `clone`), else a plain message that the trees are exports, not checkouts."""
+
+
+def helper_files(test_command: str | None) -> dict[str, tuple[str, int]]:
+    """The files of a command's `bin` directory (first on its PATH): name -> (text, mode).
+
+    Args:
+        test_command: the task's test command (None or empty: `tests` says there is none).
+
+    Returns:
+        `tests` and `git` (executables) and `test-command` (the command `tests` runs).
+    """
+    return {
+        "tests": (TESTS_SCRIPT, 0o755),
+        "git": (GIT_SCRIPT, 0o755),
+        "test-command": ((test_command or "") + "\n", 0o644),
+    }
+
+
+def absolute_pythonpath(root: str, inherited: str | None) -> str:
+    """The PYTHONPATH a command sees: its tree's `root` first, then each inherited entry, a relative one
+    resolved against `root` (a command that changes directory, or a subprocess started elsewhere, still
+    imports the target's tree, never a copy installed in the image). Empty entries are dropped.
+
+    Args:
+        root: the absolute path of the command's tree.
+        inherited: the PYTHONPATH the command would get (the caller's, or the image's), or None.
+
+    Returns:
+        Entries joined by ":", every one absolute.
+    """
+    entries = [root]
+    for entry in (inherited or "").split(":"):
+        if not entry:
+            continue
+        resolved = posixpath.normpath(posixpath.join(root, entry))
+        if resolved not in entries:
+            entries.append(resolved)
+    return ":".join(entries)
 
 
 @runtime_checkable
@@ -152,6 +227,22 @@ class Sandbox(ABC):
         self._closed = False
         self._close_lock = threading.Lock()
 
+    @classmethod
+    def remove_leftovers(cls, everything: bool = False) -> list[str]:
+        """Remove what this backend's sandboxes left when their owning process died without closing them
+        (SIGKILL, preemption). `leftovers.cleanup_leftovers` calls every registered backend's.
+
+        Args:
+            everything: Remove every sandbox's leftovers of this backend, including those of live owners.
+
+        Returns:
+            What was removed (container names, folder paths); the default removes nothing.
+
+        Raises:
+            SandboxUnavailable: the backend cannot be reached here (e.g. no Docker engine answers).
+        """
+        return []
+
     @property
     @abstractmethod
     def isolation(self) -> str:
@@ -212,6 +303,13 @@ class Sandbox(ABC):
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-exec") as pool:
             futures = {t: pool.submit(self.exec, t, command, timeout, env) for t in order}
             return {t: futures[t].result() for t in order}
+
+    @property
+    def commands_at_once(self) -> int | None:
+        """How many commands run at the same time: 1 where they run one after another, else the backend's
+        own bound (the Docker backend's containers), or None where it has none (`exec_many` then starts
+        every target at once). A caller sharing a time budget over targets divides it by this."""
+        return None if self.parallel_commands else 1
 
     def run_tests(self, target: str, timeout: float | None = None) -> ExecResult:
         """Run the task's `test_command` on `target`. Raises `SandboxError` when the task has none."""
@@ -276,13 +374,16 @@ def open_sandbox(
     test_command: str | None = None,
     limits: Limits | None = None,
     isolation: str | None = None,
+    slots: int | None = None,
 ) -> Sandbox:
     """Open a sandbox over `trees`; use it as a context manager.
 
     `image` (docker only) is used as is when given (e.g. a task's own image); otherwise the `gagar/python`
     image made by `build_images`. `isolation` (local only) is "auto" (the best available), "bubblewrap",
-    "namespaces" or "none" (no isolation at all: must be asked for by name). Raises `SandboxUnavailable`
-    when the backend or isolation cannot be had here, `SandboxError` when starting fails.
+    "namespaces" or "none" (no isolation at all: must be asked for by name). `slots` (docker only) caps the
+    containers that run targets at once (default: one per core, at most one per target). Raises
+    `SandboxUnavailable` when the backend or isolation cannot be had here, `SandboxError` when starting
+    fails, `TypeError` for `slots` on a backend without them.
     """
     if backend not in BACKENDS.names():
         known = ", ".join(repr(name) for name in BACKENDS.names())
@@ -295,4 +396,5 @@ def open_sandbox(
         setup=setup,
         test_command=test_command,
         limits=limits or Limits(),
+        **({} if slots is None else {"slots": slots}),
     )

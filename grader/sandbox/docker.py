@@ -1,26 +1,29 @@
-"""Docker backend: one locked-down container per sandbox, one `docker exec` per command.
+"""Docker backend: locked-down containers ("slots"), one `docker exec` per command, targets in parallel.
 
-Layout inside the container (root filesystem read-only, no network, no capabilities, no new privileges):
-- /pristine (tmpfs, root-owned, mode 711): each target's tree (and, after `setup`, its set-up tree),
-  written by root under an unguessable name; nobody else can list or write there.
-- /scratch (tmpfs, 1777): one private box (mode 700) per command.
+A sandbox runs its targets in up to `slots` containers at once (by default one per core the container's CPU
+quota fits in, at most one per target). Each target belongs to one slot (targets are dealt round-robin in
+the order given), so its trees, its setup and every command on it live in that container; a slot runs one
+command at a time, so each command finds the shared places of its container (/tmp, /dev/shm, /scratch)
+holding nothing of another's. Without capabilities there is no mount namespace to give a command its own
+/tmp inside one container; a container per concurrently running command gives it instead.
+
+Layout inside a slot (root filesystem read-only, no network, no capabilities, no new privileges):
+- /pristine (tmpfs, root-owned, mode 711): each of the slot's targets' trees (and, after `setup`, its set-up
+  tree), written by root under an unguessable name; nobody else can list or write there.
+- /scratch (tmpfs, 1733): one private box (mode 700) per command: its tree `t`, `home`, `tmp` and `bin`.
 - /tmp (tmpfs, 1777). A command's own leftovers in /scratch, /tmp and /dev/shm go when it ends.
 
 Every command runs under a uid used for nothing else in the container's life, in a fresh copy of its target's
 tree: the copy, the command (under `timeout -k`), the killing of everything the uid left running, and the
 removal of the box are all one `docker exec`. A host watchdog kills the uid's processes (then the container)
 should a command outlive its timeout. The source paths travel in the exec's environment, which other uids
-cannot read, and are unset before the command starts.
+cannot read, and are unset before the command starts. A command starts at its tree's root; every PYTHONPATH
+entry it sees is absolute (the root first, then the image's entries, a relative one resolved against the
+root: the image's `src:.` means the tree from any directory), HOME and TMPDIR are in its box, and its
+`bin` (first on PATH) holds `tests` and `git` (see `base.helper_files`).
 
-Commands of one sandbox run one at a time. Without capabilities there is no mount namespace to give each
-command its own /tmp, and a probe run on several targets at once collided there (each target's uid owning the
-same names in one sticky /tmp); one at a time, every command finds /tmp, /dev/shm and /scratch holding nothing
-of another's, since each command removes its own leftovers before the next starts. `bench/sandbox.py` measures
-what this costs a `run` call against running the targets in parallel. A command starts at its tree's root,
-which is first on PYTHONPATH, with HOME and TMPDIR in its private box.
-
-Limits: `Limits.memory_bytes` and the CPU quota are the container's; `Limits.pids` bounds each command
-(RLIMIT_NPROC per uid) and the container gets four times that. `Limits.lifetime` bounds the container's life.
+Limits: `Limits.memory_bytes` and the CPU quota are each slot's; `Limits.pids` bounds each command
+(RLIMIT_NPROC per uid) and a slot gets four times that. `Limits.lifetime` bounds each container's life.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import socket
 import tarfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import docker
@@ -42,11 +46,13 @@ import docker.errors
 
 from grader.errors import SandboxError, SandboxUnavailable
 from grader.sandbox import lifecycle
-from grader.sandbox.base import DEFAULT_IMAGE, ExecResult, Limits, Sandbox, TreeSource
+from grader.sandbox.base import DEFAULT_IMAGE, ExecResult, Limits, Sandbox, TreeSource, helper_files
+from grader.sandbox.bytecode import ADOPT_COMMAND, ADOPT_INSTALLED_BYTECODE
 from grader.sandbox.leftovers import (
     LABEL,
     LABEL_CREATED,
     LABEL_EXPIRES,
+    owner_alive,
     owner_labels,
     reap_dead_owners_once,
 )
@@ -58,19 +64,35 @@ from grader.workspace.gitcmd import git_identity
 _START_MARGIN = 5.0
 
 # Runs as the command's own uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: private box; $GAGAR_SETUP=1 leaves
-# the resulting tree readable (not writable) by all, for root to adopt as the target's new pristine tree.
+# the resulting tree readable (not writable) by all, for root to adopt as the target's new pristine tree;
+# $GAGAR_TESTS, $GAGAR_GIT, $GAGAR_TEST_COMMAND: the box's bin/ (see base.helper_files).
 _WRAPPER = r"""
 src=$GAGAR_SRC box=$GAGAR_BOX limit=$GAGAR_TIMEOUT grace=$GAGAR_KILL_AFTER keep=$GAGAR_SETUP
-unset GAGAR_SRC GAGAR_BOX GAGAR_TIMEOUT GAGAR_KILL_AFTER GAGAR_SETUP
+tests=$GAGAR_TESTS git=$GAGAR_GIT test_command=$GAGAR_TEST_COMMAND
+unset GAGAR_SRC GAGAR_BOX GAGAR_TIMEOUT GAGAR_KILL_AFTER GAGAR_SETUP GAGAR_TESTS GAGAR_GIT GAGAR_TEST_COMMAND
 umask 077
-if ! mkdir -p "$box/home" "$box/tmp" || ! cd "$src" || ! cp -R -p . "$box/t"; then
+if ! mkdir -p "$box/home" "$box/tmp" "$box/bin" || ! cd "$src" || ! cp -R -p . "$box/t"; then
   echo "gagar-sandbox: could not prepare a fresh tree" >&2
   cd / && rm -rf "$box"
   exit 125
 fi
 umask 022
+printf '%s' "$tests" > "$box/bin/tests" && printf '%s' "$git" > "$box/bin/git"
+printf '%s\n' "$test_command" > "$box/bin/test-command" && chmod 755 "$box/bin/tests" "$box/bin/git"
 cd "$box/t"
-export PYTHONPATH="$box/t${PYTHONPATH:+:$PYTHONPATH}"
+pythonpath=$box/t
+set -f
+saved_ifs=$IFS IFS=:
+for entry in ${PYTHONPATH-}; do
+  case "$entry" in
+    ""|.|./) ;;
+    /*) pythonpath=$pythonpath:$entry ;;
+    *) pythonpath=$pythonpath:$box/t/${entry%/} ;;
+  esac
+done
+IFS=$saved_ifs
+set +f
+export PYTHONPATH="$pythonpath" PATH="$box/bin:$PATH"
 HOME=$box/home TMPDIR=$box/tmp timeout -k "$grace" "$limit" "$@"
 rc=$?
 cd /
@@ -79,7 +101,7 @@ for f in /scratch/* /scratch/.[!.]* /tmp/* /tmp/.[!.]* /dev/shm/* /dev/shm/.[!.]
   [ "$f" != "$box" ] && [ -O "$f" ] && rm -rf "$f"
 done
 if [ "$keep" = 1 ]; then
-  rm -rf "$box/home" "$box/tmp"
+  rm -rf "$box/home" "$box/tmp" "$box/bin"
   chmod -R a+rX,go-w "$box/t" && chmod 711 "$box"
 else
   rm -rf "$box"
@@ -113,15 +135,46 @@ def docker_client() -> docker.DockerClient:
     return client
 
 
+class _Slot:
+    """One container of a sandbox and what lives in it: its targets' trees, one command at a time."""
+
+    def __init__(self, index: int, targets: list[str], bundle: tuple[bytes, dict[str, str]]) -> None:
+        self.index, self.targets, self.bundle = index, targets, bundle
+        self.container: Any = None
+        self.started = 0.0  # monotonic time just before the current container was asked for
+        self.sources: dict[str, str] = {}  # target -> its pristine tree in the container
+        self.retired: list[Any] = []  # aged-out containers: they end by themselves, or at close
+        self.restart_lock = threading.Lock()
+        self.one_at_a_time = threading.Lock()
+
+
+def default_slots(limits: Limits, targets: int) -> int:
+    """How many containers a sandbox of `targets` targets runs at once: one per core that a container's CPU
+    quota (`limits.cpus`) fits in, at least one, at most one per target.
+
+    Args:
+        limits: the sandbox's limits.
+        targets: how many targets the sandbox has.
+
+    Returns:
+        The number of slots.
+    """
+    cores = os.cpu_count() or 1
+    return max(1, min(targets, int(cores / limits.cpus) or 1))
+
+
 class DockerSandbox(Sandbox):
-    """Sandbox backed by one container; see the module docstring for the layout and its limits.
+    """Sandbox backed by containers ("slots"); see the module docstring for the layout and its limits.
+
+    `slots` caps how many containers run commands at once (default: `default_slots`); 1 runs every target
+    in one container, one command after another.
 
     Raises `SandboxUnavailable` when no engine answers or the image is missing (build it with
-    `gagar images build`), `SandboxError` when the container cannot be started or loaded.
+    `gagar images build`), `SandboxError` when a container cannot be started or loaded, `ValueError` for
+    `slots` below 1.
     """
 
     backend = "docker"
-    parallel_commands = False  # see the module docstring: one /tmp, so one command at a time
 
     def __init__(
         self,
@@ -133,9 +186,12 @@ class DockerSandbox(Sandbox):
         test_command: str | None = None,
         limits: Limits | None = None,
         client: docker.DockerClient | None = None,
+        slots: int | None = None,
     ) -> None:
         if isolation not in (None, "docker"):
             raise SandboxUnavailable(f"the docker backend has no isolation {isolation!r}")
+        if slots is not None and slots < 1:
+            raise ValueError("slots must be at least 1")
         super().__init__(trees, setup=setup, test_command=test_command, limits=limits)
         self.image = image or DEFAULT_IMAGE
         self._client = client or docker_client()
@@ -145,40 +201,67 @@ class DockerSandbox(Sandbox):
             raise SandboxUnavailable(
                 f"image {self.image!r} is not on this engine; build it with `gagar images build`"
             ) from exc
-        archives = {t: trees.archive(t) for t in self._targets}
-        self._bundle = _bundle(archives)
+        count = min(len(self._targets), slots or default_slots(self.limits, len(self._targets)))
+        dealt = [self._targets[i::count] for i in range(count)]
+        self._slots = [
+            _Slot(i, names, _bundle({t: trees.archive(t) for t in names})) for i, names in enumerate(dealt)
+        ]
+        self._slot_of = {t: slot for slot in self._slots for t in slot.targets}
         # uids never repeat within a container; a random base keeps two sandboxes' RLIMIT_NPROC counts apart.
         self._uid_base = 1_000_000 + secrets.randbelow(2_000) * 1_000_000
         self._uids = itertools.count(1)
-        self._sources: dict[str, str] = {}
-        self._container: Any = None
-        self._started = 0.0  # monotonic time just before the current container was asked for
-        self._retired: list[Any] = []  # aged-out containers: they end by themselves, or at close
-        self._restart_lock = threading.Lock()
-        self._one_at_a_time = threading.Lock()
+        self._uid_lock = threading.Lock()
+        self._helpers = helper_files(test_command)
         with contextlib.suppress(docker.errors.DockerException):  # best effort: never keeps a sandbox shut
-            reap_dead_owners_once("docker", self._client)
+            reap_dead_owners_once("docker", lambda: remove_leftover_containers(client=self._client))
         lifecycle.track(self)
         try:
-            self._start()
+            with ThreadPoolExecutor(len(self._slots), thread_name_prefix="sandbox-start") as pool:
+                for started in [pool.submit(self._start, slot) for slot in self._slots]:
+                    started.result()
         except BaseException:
             self.close()
             raise
+
+    @property
+    def commands_at_once(self) -> int:
+        """One command at a time in each container: its `slots`."""
+        return self.slots
+
+    @classmethod
+    def remove_leftovers(cls, everything: bool = False) -> list[str]:
+        """The sandbox containers whose owner is gone (all of them with `everything`), removed.
+
+        Raises:
+            SandboxUnavailable: no Docker engine answers.
+        """
+        return remove_leftover_containers(everything)
 
     @property
     def isolation(self) -> str:
         return "docker"
 
     @property
-    def container_id(self) -> str | None:
-        return self._container.id if self._container is not None else None
+    def slots(self) -> int:
+        """How many containers this sandbox runs commands in at once."""
+        return len(self._slots)
 
-    def _start(self) -> None:
+    @property
+    def container_id(self) -> str | None:
+        """The first slot's current container (None between a container's end and the next command)."""
+        return self.container_ids[0]
+
+    @property
+    def container_ids(self) -> list[str | None]:
+        """Each slot's current container, in slot order."""
+        return [slot.container.id if slot.container is not None else None for slot in self._slots]
+
+    def _start(self, slot: _Slot) -> None:
         lim = self.limits
         # Trees and their set-up copies, with room for tmpfs rounding each small file up to a page.
-        pristine_size = self._bundle_size() * 4 + 64 * 1024**2
+        pristine_size = len(slot.bundle[0]) * 4 + 64 * 1024**2
         now = time.time()
-        self._started = time.monotonic()
+        slot.started = time.monotonic()
         try:
             container = self._client.containers.run(
                 self.image,
@@ -217,66 +300,87 @@ class DockerSandbox(Sandbox):
             )
         except docker.errors.DockerException as exc:
             raise SandboxError(f"could not start a container from {self.image!r}: {exc}") from exc
-        self._container = container
-        self._load(container)
+        slot.container = container
+        self._load(slot, container)
 
-    def _bundle_size(self) -> int:
-        return len(self._bundle[0])
-
-    def _load(self, container: Any) -> None:
-        data, names = self._bundle
+    def _load(self, slot: _Slot, container: Any) -> None:
+        data, names = slot.bundle
         code, out = _exec_with_stdin(self._client, container.id, ["sh", "-c", _LOAD], data, user="0:0")
         if code != 0:
             raise SandboxError(f"could not load the trees into the container: {out[-2000:]!r}")
-        self._sources = {t: f"/pristine/{names[t]}" for t in self._targets}
+        slot.sources = {t: f"/pristine/{names[t]}" for t in slot.targets}
+        if not self.setup:  # with a setup, the set-up trees get it instead (see `_adopt`)
+            for target in slot.targets:
+                self._adopt_bytecode(container, slot.sources[target])
 
-    def _live_container(self, timeout: float) -> Any:
+    def _adopt_bytecode(self, container: Any, tree: str) -> None:
+        """Start, detached and at the lowest priority, the writing of bytecode into the pristine `tree` from
+        the image's installed copy of its package (see `bytecode`): commands meanwhile just compile."""
+        api = self._client.api
+        with contextlib.suppress(docker.errors.DockerException):  # an optimisation: never fails a command
+            argv = ["sh", "-c", ADOPT_COMMAND, ADOPT_INSTALLED_BYTECODE, tree]
+            api.exec_start(api.exec_create(container.id, argv, user="0:0")["Id"], detach=True)
+
+    def _live_container(self, slot: _Slot, timeout: float) -> Any:
         """The container to run a command of `timeout` seconds in: one that will live past its end."""
         bound = timeout + self.limits.kill_after + self.limits.watchdog_grace + _START_MARGIN
         if bound >= self.limits.lifetime:
             raise SandboxError(
                 f"a {timeout:g}s command cannot fit in the sandbox's {self.limits.lifetime:g}s lifetime"
             )
-        with self._restart_lock:
+        with slot.restart_lock:
             self._check_open()
-            ends = self._started + self.limits.lifetime
-            if self._container is not None and time.monotonic() + bound > ends:
+            ends = slot.started + self.limits.lifetime
+            if slot.container is not None and time.monotonic() + bound > ends:
                 # Commands still running in it end before it does; it goes by itself, or at close.
-                self._retired.append(self._container)
-                self._container = None
-            if self._container is None:
-                for state in self._setup.values():
-                    state.result = None
-                self._start()
-            return self._container
+                slot.retired.append(slot.container)
+                slot.container = None
+            if slot.container is None:
+                for target in slot.targets:
+                    self._setup[target].result = None
+                self._start(slot)
+            return slot.container
 
     def _exec_in(
         self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
     ) -> ExecResult:
-        with self._one_at_a_time:
-            return self._exec_alone(target, argv, timeout, env, setup=setup)
+        slot = self._slot_of[target]
+        with slot.one_at_a_time:
+            return self._exec_alone(slot, target, argv, timeout, env, setup=setup)
 
     def _exec_alone(
-        self, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
+        self, slot: _Slot, target: str, argv: list[str], timeout: float, env: dict[str, str], *, setup: bool
     ) -> ExecResult:
-        container = self._live_container(timeout)
+        container = self._live_container(slot, timeout)
         state = self._setup[target]
-        if self.setup and not setup and state.result is None:
-            # A new container replaced the one this target was set up in: set it up again first.
+        for _ in range(3):
+            if not self.setup or setup or state.result is not None:
+                break
+            # A new container replaced the one this target was set up in: set it up again first (and again
+            # should that one too be too old for the command by the time its setup is done).
             state.result = self._exec_alone(
-                target, ["sh", "-c", self.setup], self.limits.timeout, {}, setup=True
+                slot, target, ["sh", "-c", self.setup], self.limits.timeout, {}, setup=True
             )
-            container = self._live_container(timeout)
-        uid = self._uid_base + next(self._uids)
+            container = self._live_container(slot, timeout)
+        if self.setup and not setup and state.result is None:
+            raise SandboxError(
+                f"could not set up {target!r} in a container young enough for a {timeout:g}s command "
+                f"(lifetime {self.limits.lifetime:g}s)"
+            )
+        with self._uid_lock:
+            uid = self._uid_base + next(self._uids)
         box = f"/scratch/{secrets.token_hex(12)}"
         environment = {
             **_COMMAND_ENV,
             **env,
-            "GAGAR_SRC": self._sources[target],
+            "GAGAR_SRC": slot.sources[target],
             "GAGAR_BOX": box,
             "GAGAR_TIMEOUT": f"{timeout:g}",
             "GAGAR_KILL_AFTER": f"{self.limits.kill_after:g}",
             "GAGAR_SETUP": "1" if setup else "0",
+            "GAGAR_TESTS": self._helpers["tests"][0],
+            "GAGAR_GIT": self._helpers["git"][0],
+            "GAGAR_TEST_COMMAND": self.test_command or "",
         }
         api = self._client.api
         started = time.monotonic()
@@ -307,7 +411,7 @@ class DockerSandbox(Sandbox):
         seconds = time.monotonic() - started
         exit_code = -9 if watchdog.fired else _exit_code(api, exec_id)
         if setup and exit_code != 125 and not watchdog.fired:
-            self._adopt(container, uid, box, target)
+            self._adopt(slot, container, uid, box, target)
         timed_out = watchdog.fired or (exit_code in (124, 137) and seconds >= timeout)
         stderr = err.text()
         if exit_code == 137 and not timed_out:
@@ -325,7 +429,7 @@ class DockerSandbox(Sandbox):
             target=target,
         )
 
-    def _adopt(self, container: Any, uid: int, box: str, target: str) -> None:
+    def _adopt(self, slot: _Slot, container: Any, uid: int, box: str, target: str) -> None:
         """Copy a set-up tree into /pristine (as root: nobody else can change it there) and drop the box."""
         dest = f"/pristine/{secrets.token_hex(12)}"
         copy = container.exec_run(
@@ -334,7 +438,8 @@ class DockerSandbox(Sandbox):
         container.exec_run(["rm", "-rf", box], user=f"{uid}:{uid}")
         if copy.exit_code != 0:
             raise SandboxError(f"could not keep the set-up tree of {target!r}: {copy.output[-2000:]!r}")
-        self._sources[target] = dest
+        slot.sources[target] = dest
+        self._adopt_bytecode(container, dest)
 
     def _kill_uid(self, container: Any, uid: int, box: str) -> None:
         """Kill every process of `uid` and remove its box; kill the container if even that fails."""
@@ -351,12 +456,15 @@ class DockerSandbox(Sandbox):
     def _drop_container(self, container: Any) -> None:
         with contextlib.suppress(docker.errors.DockerException):
             container.remove(force=True)
-        if self._container is container:
-            self._container = None
+        for slot in self._slots:
+            if slot.container is container:
+                slot.container = None
 
     def _close(self) -> None:
-        containers, self._retired = [*self._retired, self._container], []
-        self._container = None
+        containers = []
+        for slot in getattr(self, "_slots", []):
+            containers += [*slot.retired, slot.container]
+            slot.retired, slot.container = [], None
         try:
             for container in containers:
                 if container is not None:
@@ -388,6 +496,30 @@ class _Watchdog:
 
     def cancel(self) -> None:
         self._done.set()
+
+
+def remove_leftover_containers(everything: bool = False, client: Any = None) -> list[str]:
+    """Remove sandbox containers whose owner is gone (all with `everything`).
+
+    Args:
+        everything: Remove every sandbox container, including those of live owners.
+        client: The Docker client to use (a new one when None).
+
+    Returns:
+        The names of the removed containers.
+
+    Raises:
+        SandboxUnavailable: No Docker engine answers.
+    """
+    client = client or docker_client()
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+        if not everything and owner_alive(container.labels or {}):
+            continue
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            container.remove(force=True)  # APIError: already being removed (it ended by itself meanwhile)
+            removed.append(container.name)
+    return removed
 
 
 def _remove_container(container: Any) -> None:

@@ -1,4 +1,7 @@
-"""Removing what sandboxes of dead processes left behind: containers (by label) and local temp dirs.
+"""Removing what sandboxes of dead processes left behind: the owner labels, and the reaping on first use.
+
+Each backend removes its own leftovers (`Sandbox.remove_leftovers`: containers by label, local temp dirs);
+this module names owners and calls the backends through their registry, importing none of them.
 
 A process that dies by SIGKILL (preemption, the OOM killer, `scancel`) cannot close its sandboxes. Two things
 bound what it leaves: every container ends by itself once its lifetime has passed (`Limits.lifetime`), and
@@ -10,13 +13,12 @@ ticks (a reused pid has another start time).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import threading
-from typing import Any
+from collections.abc import Callable
 
-from grader.sandbox.base import SandboxUnavailable
+from grader.sandbox.base import BACKENDS, SandboxUnavailable
 
 LABEL = "gagar.sandbox"
 LABEL_PID = "gagar.pid"
@@ -32,79 +34,52 @@ _reaped: set[tuple[int, str]] = set()  # (pid, backend): a forked child reaps ag
 
 
 def cleanup_leftovers(everything: bool = False, docker_too: bool = True) -> list[str]:
-    """Remove leftover sandbox containers and temp dirs; return what was removed (names and paths).
+    """Remove what every registered sandbox backend's dead sandboxes left; return what was removed.
+
+    Each backend owns its cleanup (`Sandbox.remove_leftovers`, reached through `BACKENDS`), so this module
+    imports none of them. A backend that cannot be reached here (no Docker engine, no docker SDK) is skipped.
 
     Args:
-        everything: Remove every sandbox container and dir, including those of running graders.
-        docker_too: Also look at the Docker engine (an unreachable engine is skipped, not an error).
+        everything: Remove every sandbox's leftovers, including those of running graders.
+        docker_too: Also ask the "docker" backend (False: every backend but that one).
 
     Returns:
         The names of the removed containers and the paths of the removed dirs.
     """
-    from grader.sandbox.local import remove_leftover_dirs
-
-    removed = remove_leftover_dirs(everything)
-    if docker_too:
-        with contextlib.suppress(SandboxUnavailable):
-            removed += remove_leftover_containers(everything)
+    removed: list[str] = []
+    for name in BACKENDS.names():
+        if name == "docker" and not docker_too:
+            continue
+        try:
+            removed += BACKENDS.get(name).factory.remove_leftovers(everything)  # type: ignore[attr-defined]
+        except (SandboxUnavailable, ImportError):
+            continue
     return removed
 
 
-def reap_dead_owners_once(backend: str, client: Any = None) -> list[str]:
-    """Remove dead owners' leftovers of `backend` the first time this process asks; later calls do nothing.
+def reap_dead_owners_once(backend: str, remove: Callable[[], list[str]]) -> list[str]:
+    """Run `remove` (a backend's removal of dead owners' leftovers) the first time this process asks for
+    `backend`; later calls do nothing.
 
     Called before a process's first sandbox of each backend, so that every grading process and Ray actor
     cleans up after the ones that were killed before it.
 
     Args:
-        backend: "docker" (containers) or "local" (temp dirs).
-        client: The Docker client to use (a new one when None).
+        backend: the backend's name (the key of "once").
+        remove: removes that backend's dead owners' leftovers and returns what it removed.
 
     Returns:
         What was removed (empty on every call after the first).
 
     Raises:
-        SandboxUnavailable: No Docker engine answers (docker only).
+        Whatever `remove` raises (SandboxUnavailable: no Docker engine answers); the next call tries again.
     """
     key = (os.getpid(), backend)
     with _reap_lock:
         if key in _reaped:
             return []
-        if backend == "docker":
-            removed = remove_leftover_containers(client=client)
-        else:
-            from grader.sandbox.local import remove_leftover_dirs
-
-            removed = remove_leftover_dirs()
+        removed = remove()
         _reaped.add(key)
-    return removed
-
-
-def remove_leftover_containers(everything: bool = False, client: Any = None) -> list[str]:
-    """Remove sandbox containers whose owner is gone (all with `everything`).
-
-    Args:
-        everything: Remove every sandbox container, including those of live owners.
-        client: The Docker client to use (a new one when None).
-
-    Returns:
-        The names of the removed containers.
-
-    Raises:
-        SandboxUnavailable: No Docker engine answers.
-    """
-    import docker.errors
-
-    from grader.sandbox.docker import docker_client
-
-    client = client or docker_client()
-    removed = []
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        if not everything and owner_alive(container.labels or {}):
-            continue
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            container.remove(force=True)  # APIError: already being removed (it ended by itself meanwhile)
-            removed.append(container.name)
     return removed
 
 
@@ -205,5 +180,4 @@ __all__ = [
     "owner_alive",
     "owner_labels",
     "reap_dead_owners_once",
-    "remove_leftover_containers",
 ]

@@ -1,15 +1,23 @@
 """Local backend, for machines without Docker: one subprocess per command in a fresh temp copy of its tree.
 
 Isolation levels, best first (`isolation="auto"` takes the best that works here; a named one that does not
-work raises `SandboxUnavailable`, never falls back to less):
+work raises `SandboxUnavailable`, never falls back to less). At "bubblewrap" and "namespaces" every place a
+command can write is its own and goes when it ends: its tree, its HOME and TMPDIR (all in its box, removed
+after it), and a private /tmp, /var/tmp and /dev/shm; the rest of the host is read-only to it.
 - "bubblewrap": `bwrap` with every namespace unshared (no network), the host filesystem read-only, a private
-  /tmp and /dev (host /tmp is invisible), the tree at /tmp/gagar/t the only other writable place.
+  /tmp, /var/tmp and /dev (with its /dev/shm; host /tmp is invisible), the box at /tmp/gagar.
 - "namespaces": `unshare` of the user, mount, network, pid, ipc and uts namespaces (no network, no host
-  processes) and a private /tmp (a tmpfs, with the command's own box bound back at its path); other host files
-  stay visible and, where their permissions allow, writable.
-- "none": a plain subprocess; must be asked for by name.
+  processes); in the new mount namespace every mount is made read-only, /tmp, /var/tmp and /dev/shm get a
+  tmpfs of their own (each `Limits.scratch_bytes // 4`), and the box stays writable at its own path, so HOME,
+  TMPDIR and PYTHONPATH keep meaning what they say. Host files stay visible (read-only). Where a mount cannot
+  be made read-only here, the level is unavailable (with the mount named), never silently weaker.
+- "none": a plain subprocess: it promises no isolation (the command can write wherever the user can, and
+  reach the network); must be asked for by name, `auto` never picks it.
 
-A command starts at its tree's root, which is first on PYTHONPATH. At every level: rlimits (address space,
+A command starts at its tree's root. Every PYTHONPATH entry it sees is absolute: the tree's root first, then
+the caller's entries, a relative one resolved against the tree's root (never the command's current
+directory). `tests` (the task's test command, run from the tree's root) and `git` (which says there is no
+repository: the tree is an export) are executables first on PATH. At every level: rlimits (address space,
 processes, file size, CPU time, no core files), a new session killed as a group at the timeout, a minimal
 environment (nothing of the host's leaks in), output capped like Docker's. Run as root, each command gets a
 uid of its own, so RLIMIT_NPROC bounds that command alone and every process it left behind is killed when it
@@ -36,7 +44,16 @@ from functools import cache
 from pathlib import Path
 
 from grader.sandbox import lifecycle
-from grader.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxUnavailable, TreeSource
+from grader.sandbox.base import (
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxError,
+    SandboxUnavailable,
+    TreeSource,
+    absolute_pythonpath,
+    helper_files,
+)
 from grader.sandbox.leftovers import reap_dead_owners_once
 from grader.sandbox.output import CappedBuffer
 from grader.workspace.gitcmd import git_identity
@@ -44,11 +61,27 @@ from grader.workspace.gitcmd import git_identity
 LEVELS = ("bubblewrap", "namespaces", "none")
 DIR_PREFIX = "gagar-sandbox-"
 _INSIDE = "/tmp/gagar"  # where bubblewrap shows the box
-# Inside the new mount namespace: a private /tmp; where that hides the command's box (the host's temp dir is
-# /tmp), the box is bound back at its own path, so HOME, TMPDIR and PYTHONPATH keep meaning what they say.
-_PRIVATE_TMP = r"""
+# Inside the new mount namespace ($1: the size of each private tmpfs). The box is bound onto itself first, so
+# it stays writable when every other mount goes read-only; /tmp, /var/tmp and /dev/shm then get a tmpfs of
+# their own, and where that hides the box (the host's temp dir is /tmp) it is bound back at its own path.
+_PRIVATE_MOUNTS = r"""
+size=$1; shift
 box=$(cd .. && pwd)
-mount -t tmpfs -o mode=1777,nosuid,nodev gagar-tmp /tmp || exit 125
+mount --bind "$box" "$box" || exit 125
+while read -r _ _ _ _ mp options _; do
+  case "$mp" in "$box"|/proc|/proc/*) continue ;; esac
+  case "$options" in ro|ro,*) continue ;; esac
+  case "$mp" in *\\*) mp=$(printf '%b' "$(printf '%s' "$mp" | sed 's/\\\([0-7][0-7][0-7]\)/\\0\1/g')") ;; esac
+  # A mount the command cannot even reach (under a directory it may not search) needs nothing.
+  if ! mount -o remount,bind,ro "$mp" 2>/dev/null && (cd "$mp") 2>/dev/null; then
+    echo "gagar-sandbox: cannot make $mp read-only" >&2
+    exit 125
+  fi
+done < /proc/self/mountinfo
+for dir in /tmp /var/tmp /dev/shm; do
+  [ -d "$dir" ] || continue
+  mount -t tmpfs -o "mode=1777,nosuid,nodev,size=$size" gagar-tmp "$dir" || exit 125
+done
 if ! [ -d "$box/t" ]; then
   mkdir -p "$box" && mount --bind /proc/self/cwd/.. "$box" || exit 125
 fi
@@ -67,20 +100,20 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _wrap(level: str, argv: list[str], box: Path) -> tuple[list[str], Path, dict[str, str]]:
-    """(argv to run, host cwd, HOME/TMPDIR/PYTHONPATH as the command sees them) for one isolation level."""
+def _wrap(level: str, argv: list[str], box: Path, scratch_bytes: int) -> tuple[list[str], Path, str]:
+    """(argv to run, host cwd, the box's path as the command sees it) for one isolation level."""
     if level == "bubblewrap":
-        inside = {"HOME": f"{_INSIDE}/home", "TMPDIR": f"{_INSIDE}/tmp", "PYTHONPATH": f"{_INSIDE}/t"}
-        wrapped = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
-        wrapped += ["--ro-bind", "/", "/", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
+        wrapped = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
+        for private in ("/tmp", "/var/tmp"):
+            wrapped += ["--size", str(scratch_bytes // 4), "--perms", "1777", "--tmpfs", private]
+        wrapped += ["--dev", "/dev", "--proc", "/proc"]
         wrapped += ["--bind", str(box), _INSIDE, "--chdir", f"{_INSIDE}/t", "--"]
-        return wrapped + argv, box, inside
-    here = {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp"), "PYTHONPATH": str(box / "t")}
+        return wrapped + argv, box, _INSIDE
     if level == "namespaces":
         wrapped = ["unshare", "--user", "--map-root-user", "--net", "--ipc", "--uts", "--pid", "--fork"]
-        wrapped += ["--kill-child", "--mount", "--mount-proc", "--", "sh", "-c", _PRIVATE_TMP, "gagar-ns"]
-        return wrapped + argv, box / "t", here
-    return argv, box / "t", here
+        wrapped += ["--kill-child", "--mount", "--mount-proc", "--", "sh", "-c", _PRIVATE_MOUNTS, "gagar-ns"]
+        return [*wrapped, str(scratch_bytes // 4), *argv], box / "t", str(box)
+    return argv, box / "t", str(box)
 
 
 @cache
@@ -98,7 +131,7 @@ def available(level: str) -> str | None:
         (box / "t").mkdir()
         os.chmod(box, 0o777)
         os.chmod(box / "t", 0o777)
-        argv, cwd, _ = _wrap(level, ["sh", "-c", "exit 0"], box)
+        argv, cwd, _ = _wrap(level, ["sh", "-c", "exit 0"], box, Limits().scratch_bytes)
         user = 65534 if _is_root() else None
         try:
             done = subprocess.run(
@@ -163,13 +196,18 @@ class LocalSandbox(Sandbox):
         self._level = level
         self._archives = {t: trees.archive(t) for t in self._targets}
         self._prepared: dict[str, Path] = {}
-        reap_dead_owners_once("local")
+        reap_dead_owners_once("local", remove_leftover_dirs)
         self._root = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
         os.chmod(self._root, 0o711)  # each command's own uid must reach its box, and list nothing
         self._uid_base = 1_000_000 + secrets.randbelow(2_000) * 1_000_000 if _is_root() else None
         self._uids = itertools.count(1)
         self._nproc_extra = 0 if _is_root() else _count_processes(os.getuid())
         lifecycle.track(self)
+
+    @classmethod
+    def remove_leftovers(cls, everything: bool = False) -> list[str]:
+        """The sandbox folders whose owning process is gone (all of them with `everything`), removed."""
+        return remove_leftover_dirs(everything)
 
     @property
     def isolation(self) -> str:
@@ -185,13 +223,20 @@ class LocalSandbox(Sandbox):
         keep = False
         try:
             self._fill(target, box / "t")
-            (box / "home").mkdir()
-            (box / "tmp").mkdir()
+            for name in ("home", "tmp", "bin"):
+                (box / name).mkdir()
+            for name, (text, mode) in helper_files(self.test_command).items():
+                (box / "bin" / name).write_text(text)
+                os.chmod(box / "bin" / name, mode)
             if uid is not None:
                 _chown_tree(box, uid)
-            wrapped, cwd, dirs = _wrap(self._level, argv, box)
-            if env.get("PYTHONPATH"):  # the tree's root first, then what the caller asked for
-                dirs["PYTHONPATH"] += ":" + env["PYTHONPATH"]
+            wrapped, cwd, seen = _wrap(self._level, argv, box, self.limits.scratch_bytes)
+            dirs = {
+                "HOME": f"{seen}/home",
+                "TMPDIR": f"{seen}/tmp",
+                "PATH": f"{seen}/bin:{env.get('PATH', _PATH)}",
+                "PYTHONPATH": absolute_pythonpath(f"{seen}/t", env.get("PYTHONPATH")),
+            }
             full_env = {**_ENV, **env, **dirs}
             result = self._run(wrapped, cwd, full_env, uid, timeout, target)
             if setup and cwd.exists():

@@ -16,7 +16,9 @@ from grader.sandbox import Limits, SandboxError, open_sandbox
 from tests.support.conftest_sandbox import docker_marks, make_repo, spawn_grader
 from tests.support.sandbox_contract import (  # noqa: F401 - collected here, on this module's fixtures
     test_endless_loop_stops_at_the_timeout,
+    test_git_says_the_tree_is_no_repository,
     test_huge_output_is_cut_and_reported,
+    test_tests_is_an_executable_in_a_shell_line,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,6 +134,36 @@ def test_each_target_has_its_own_tmp_starts_at_its_root_and_imports_it(sandbox) 
     assert results["B"].stdout.endswith("changed by B\n") and results["A"].stdout.endswith("base\n")
 
 
+def test_targets_run_at_once_in_containers_of_their_own(trees) -> None:
+    # Each target prints when it started and ended; with two slots, two targets' commands overlap in time
+    # (however slow the machine) and each ran in its own container (its own /tmp, holding only its file).
+    probe = "date +%s.%N; echo $(cat a.txt) > /tmp/mine; sleep 1; ls -A /tmp; date +%s.%N"
+    with open_sandbox(trees, limits=LIMITS, slots=2) as sb:
+        assert sb.slots == sb.commands_at_once == 2 and len(set(sb.container_ids)) == 2
+        results = sb.exec_many(["base", "A"], probe)
+    spans = {}
+    for target, r in results.items():
+        begun, listing, ended = r.stdout.split()
+        assert r.ok and listing == "mine", (target, r)
+        spans[target] = (float(begun), float(ended))
+    assert spans["base"][0] < spans["A"][1] and spans["A"][0] < spans["base"][1], spans
+
+
+def test_relative_import_paths_mean_the_tree_from_any_directory(trees) -> None:
+    show = "python3 -c 'import extra, pkg; print(extra.where, pkg.__file__)'"
+    script = (
+        "mkdir lib && echo 'where = __file__' > lib/extra.py && root=$(pwd) && "
+        f'for dir in / "$TMPDIR" pkg; do (cd "$dir" && {show}); done; echo "$root" "$PYTHONPATH"'
+    )
+    # The image's PYTHONPATH, as a task environment sets it (src:.), and the caller's: both relative.
+    with open_sandbox(trees, image="gagar/python:latest", limits=LIMITS) as sb:
+        result = sb.exec("A", script, env={"PYTHONPATH": "lib:."})
+    *imports, paths = result.stdout.splitlines()
+    root, pythonpath = paths.split()
+    assert result.ok and pythonpath == f"{root}:{root}/lib", result
+    assert imports == [f"{root}/lib/extra.py {root}/pkg/__init__.py"] * 3, result
+
+
 def test_every_exec_starts_pristine(sandbox) -> None:
     first = sandbox.exec(
         "A",
@@ -189,8 +221,9 @@ def test_nothing_left_after_100_runs(trees) -> None:
     with open_sandbox(trees) as sb:
         for i in range(100):
             assert sb.exec("AB"[i % 2], ["true"]).ok
-        leftover = sb._container.exec_run(["sh", "-c", "ls -A /scratch /tmp"], user="0:0")
-        assert leftover.output.decode().split() == ["/scratch:", "/tmp:"]
+        for slot in sb._slots:
+            leftover = slot.container.exec_run(["sh", "-c", "ls -A /scratch /tmp"], user="0:0")
+            assert leftover.output.decode().split() == ["/scratch:", "/tmp:"]
     assert _our_containers() == before
 
 
@@ -230,7 +263,7 @@ def test_after_kill_9_the_next_grading_start_leaves_none_of_the_owners(tmp_path)
     killed, _ = spawn_grader(tmp_path / "killed", "docker")
     killed.kill()  # SIGKILL: nothing in the process runs, its container stays
     killed.wait()
-    assert len(_owned_by(killed.pid)) == 1
+    assert len(_owned_by(killed.pid)) >= 1  # one container per slot
 
     def policy(request, n):  # one probe through the sandbox, then a ranking
         if n == 0:

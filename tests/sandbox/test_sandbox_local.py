@@ -16,12 +16,16 @@ from grader.sandbox import local as local_backend
 from tests.support.conftest_sandbox import make_repo, spawn_grader
 from tests.support.sandbox_contract import (  # noqa: F401 - collected here, on this module's fixtures
     test_endless_loop_stops_at_the_timeout,
+    test_git_says_the_tree_is_no_repository,
     test_huge_output_is_cut_and_reported,
+    test_tests_is_an_executable_in_a_shell_line,
 )
 
 WHY_NOT = {level: local_backend.available(level) for level in ("bubblewrap", "namespaces")}
 LEVELS = [level for level, why in WHY_NOT.items() if why is None]
 NO_ISOLATION = "no isolation works here: " + "; ".join(f"{level}: {why}" for level, why in WHY_NOT.items())
+# The host's python3 may have no pytest: a test command that needs nothing but the tree.
+TEST_COMMAND = "python3 -c 'import pkg; assert pkg.add(2, 3) == 5; print(\"1 passed\")'"
 LIMITS = Limits(memory_bytes=512 * 1024**2, pids=64, timeout=20, kill_after=1, output_bytes=256 * 1024)
 
 needs_isolation = pytest.mark.skipif(not LEVELS, reason=NO_ISOLATION)
@@ -39,7 +43,9 @@ def trees(tmp_path_factory: pytest.TempPathFactory):
 def sandbox(request, trees):
     if request.param == "unavailable":
         pytest.skip(NO_ISOLATION)
-    with open_sandbox(trees, backend="local", isolation=request.param, limits=LIMITS) as sb:
+    with open_sandbox(
+        trees, backend="local", isolation=request.param, limits=LIMITS, test_command=TEST_COMMAND
+    ) as sb:
         yield sb
 
 
@@ -171,3 +177,41 @@ def test_sigkill_leftovers_are_cleaned_and_sigterm_cleans_itself(tmp_path) -> No
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM
     assert not Path(root).exists()
+
+
+# Every place a command may write, as the command names it; all must be its own and gone after it.
+WRITABLE = ("/tmp", "/dev/shm", "/var/tmp", "$HOME", "$TMPDIR", ".")
+
+
+def test_every_writable_place_is_private_to_its_command_and_gone_after(sandbox) -> None:
+    marker = f"gagar-leak-{uuid.uuid4().hex}"
+    write = "; ".join(f"echo x > \"{place}/{marker}\" && echo 'wrote {place}'" for place in WRITABLE)
+    wrote = sandbox.exec("B", write)
+    assert wrote.stdout.split("\n")[:-1] == [f"wrote {place}" for place in WRITABLE], wrote
+    look = "; ".join(f'cat "{place}/{marker}" 2>/dev/null' for place in WRITABLE) + "; true"
+    for target in ("A", "B"):  # the next candidate's command, and the same candidate's next one
+        seen = sandbox.exec(target, look)
+        assert seen.ok and seen.stdout == "", (target, seen)
+    on_host = [p for p in ("/tmp", "/dev/shm", "/var/tmp") if (Path(p) / marker).exists()]
+    assert on_host == [] and not any(sandbox._root.iterdir())
+
+
+def test_the_host_outside_the_private_places_is_read_only(sandbox, trees) -> None:
+    places = ["/gagar", "/etc/gagar", "/usr/gagar", str(Path.home() / "gagar"), str(trees.repo / "x")]
+    places += [str(Path(tempfile.gettempdir()).parent / "gagar"), "/run/gagar"]
+    script = "; ".join(f"(echo x > {p}) 2>/dev/null && echo WROTE {p}" for p in places)
+    result = sandbox.exec("A", script + "; true")
+    assert result.ok and "WROTE" not in result.stdout, result
+
+
+def test_relative_import_paths_mean_the_tree_from_any_directory(sandbox) -> None:
+    show = "python3 -c 'import extra, pkg; print(extra.where, pkg.__file__)'"
+    script = (
+        "mkdir lib && echo 'where = __file__' > lib/extra.py && root=$(pwd) && "
+        f'for dir in / "$TMPDIR" pkg; do (cd "$dir" && {show}); done; echo "$root" "$PYTHONPATH"'
+    )
+    result = sandbox.exec("A", script, env={"PYTHONPATH": "lib:."})
+    *imports, paths = result.stdout.splitlines()
+    root, pythonpath = paths.split()
+    assert result.ok and pythonpath == f"{root}:{root}/lib", result
+    assert imports == [f"{root}/lib/extra.py {root}/pkg/__init__.py"] * 3, result

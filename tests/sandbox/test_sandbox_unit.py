@@ -108,3 +108,24 @@ def test_limits_lifetime_must_outlast_a_command() -> None:
     with pytest.raises(ValueError, match="lifetime"):
         Limits(timeout=60, lifetime=30)
     assert Limits().lifetime > Limits().command_bound
+
+
+def test_every_pythonpath_entry_becomes_absolute_inside_the_tree() -> None:
+    from grader.sandbox.base import absolute_pythonpath
+
+    assert absolute_pythonpath("/b/t", "src:.") == "/b/t:/b/t/src"  # a task environment's
+    assert absolute_pythonpath("/b/t", "/opt/x::./lib/") == "/b/t:/opt/x:/b/t/lib"
+    assert absolute_pythonpath("/b/t", None) == "/b/t"
+
+
+def test_slots_fit_the_cpu_quota_in_the_cores_and_never_exceed_the_targets(monkeypatch) -> None:
+    pytest.importorskip("docker")
+    import os
+
+    from grader.sandbox.docker import default_slots
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert default_slots(Limits(cpus=1.0), 11) == 8
+    assert default_slots(Limits(cpus=2.0), 11) == 4
+    assert default_slots(Limits(cpus=1.0), 3) == 3
+    assert default_slots(Limits(cpus=16.0), 11) == 1

@@ -459,7 +459,7 @@ class Toolbox:
         ids = {label: self._target(label) for label in labels}
         sandbox = self._open_sandbox()
         tests = command.strip() == "tests"
-        at_once = len(ids) if sandbox.parallel_commands else 1
+        at_once = sandbox.commands_at_once or len(ids)
         each = run_timeout(timeout, tests, left, len(ids), at_once)
         started = time.monotonic()
         try:
