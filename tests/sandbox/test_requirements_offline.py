@@ -65,3 +65,16 @@ def test_a_file_and_its_includes_are_rewritten_without_the_unhonourable_lines(tm
     assert docs[1] == "six==1.16.0" and docs[0].startswith("# left out by gagar")
     assert "pytest==7.4.4" in dev.read_text()
     assert (tmp_path / "outside.txt").read_text() == "git+https://example.com/x.git\n"  # outside the tree
+
+
+def test_a_local_editable_install_is_made_plain_and_the_rest_kept(tmp_path: Path) -> None:
+    # pylint 2.15's requirements_test.txt ends in "-e .": its setuptools has no PEP 660 hook, so pip failed
+    # the whole layer on that line ("missing the 'build_editable' hook").
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    requirements = tree / "requirements_test.txt"
+    requirements.write_text("pytest~=7.1\n-e .\n--editable=./sub[test]  # extras\n-e git+https://x.org/y.git\n")
+    left_out = honour(requirements, tree)
+    assert left_out == ["requirements_test.txt:4: -e git+https://x.org/y.git"]
+    kept = [line for line in requirements.read_text().splitlines() if not line.startswith("#")]
+    assert kept == ["pytest~=7.1", ".", "./sub[test]"]
