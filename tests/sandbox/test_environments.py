@@ -80,6 +80,11 @@ def test_nonexistent_requirement_fails_with_its_name_and_leaves_no_tag() -> None
     with pytest.raises(EnvironmentBuildError, match="gagar-no-such-package-on-pypi") as caught:
         build_environment(spec, force=True)
     assert "not on PyPI" in str(caught.value) and "log: " in str(caught.value)
+    # What a model is told: the environment and the cause, in the task's terms, and nothing of the host.
+    assert caught.value.reason == (
+        "the task's environment (gagar-tests/missing 1's dependencies on Python 3.9) could not be built: "
+        "requirement gagar-no-such-package-on-pypi==0.0.1 cannot be installed on this Python"
+    )
     log_path = str(caught.value).rsplit("log: ", 1)[1].rstrip(")")
     assert "No matching distribution" in Path(log_path).read_text()
     left = {t for t in _tags() if "gagar-tests__missing" in t}
@@ -344,3 +349,35 @@ def test_sandbox_exec_cli_runs_in_the_task_layer(small_env, tmp_path, capsys) ->
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["exit_code"] == 0 and result["stdout"].strip() == "1.16.0", result
+
+
+def test_a_stand_in_interpreter_gets_installable_pins_and_the_tree_the_recipes_setuptools(tmp_path) -> None:
+    """astropy 1.3's failure in small: on 3.9 (3.8 asked) MarkupSafe 1.0 has no wheel and its sdist imports
+    setuptools' Feature, and a tree whose setup.py imports it built in pip's isolated environment (today's
+    setuptools, which has none); both failed the layer. Now the pins are lifted to releases that install on
+    3.9 and the tree is built with the recipe's setuptools, lifted to the first that imports on 3.9."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "setup.py").write_text(
+        "from setuptools import Feature, setup  # gone in setuptools 46\n"
+        "setup(name='gagar-old-tree', version='1.0', py_modules=['gagar_old_tree'])\n"
+    )
+    (tree / "gagar_old_tree.py").write_text("BUILT = 'with the recipe setuptools'\n")
+    spec = EnvironmentSpec(
+        repository="gagar-tests/old-setuptools",
+        version="1",
+        python="3.8",
+        pip_packages=("setuptools==38.2.4", "MarkupSafe==1.0"),
+        install="python -m pip install -e .",
+        uploaded_prior_to="2025-01-01T00:00:00Z",
+    )
+    layer = build_environment(spec, tree, retry=True)
+    assert layer.tag.endswith("gagar-tests__old-setuptools-1-py3.9")
+    assert "MarkupSafe==1.0 -> 1.1.1" in layer.note and "setuptools==38.2.4 -> 41.1.0" in layer.note
+    with open_sandbox(make_repo(tmp_path), image=layer.tag) as sb:
+        probe = sb.exec(
+            "base",
+            "python -c 'import markupsafe, setuptools, pytest, gagar_old_tree as t; "
+            "print(markupsafe.__version__, setuptools.__version__, t.BUILT)'",
+        )
+    assert probe.stdout.strip() == "1.1.1 41.1.0 with the recipe setuptools", probe.stderr
