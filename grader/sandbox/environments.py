@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 ENVIRONMENT_REPOSITORY = "gagar/env"
 VENV = "/opt/gagar-env"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# `compiled`'s script in the layer, and the part of each target's setup that runs it (layers that install the
+# tree only: the others have no build of it to copy from).
+COMPILED_SCRIPT = f"{VENV}/gagar-compiled.py"
+COMPILED_SETUP = f"python {COMPILED_SCRIPT} || true"
 DEFAULT_BUILD_TIMEOUT = 1800.0
 DEFAULT_LOG_BYTES = 4 * 1024**2
 
@@ -119,6 +123,10 @@ class EnvironmentImage:
     """Requirement lines left out because an offline build cannot honour them (VCS URLs, hosts other than
     PyPI, other indexes), as "FILE:LINE: text" (grader.sandbox.requirements); the layer is built without
     them and fails only when what remains does not install."""
+
+    tree_setup: str | None = None
+    """The layer's part of each target's setup (it runs before the task's own), or None: copying the
+    compiled extension modules of the layer's build of the base tree into the target's tree (`compiled`)."""
 
     @property
     def note(self) -> str:
@@ -238,6 +246,7 @@ def build_environment(
                     None,
                     tuple(notes),
                     tuple(unhonoured),
+                    COMPILED_SETUP if spec.install else None,
                 )
             failures = FailureMemory(cache)
             remembered = None if force or retry else failures.recall_error(tag, digest)
@@ -268,7 +277,15 @@ def build_environment(
     seconds = time.monotonic() - started
     log.info("built %s in %.0f s (log: %s)", tag, seconds, log_path)
     return EnvironmentImage(
-        tag, choice, True, seconds, _size(client, tag), log_path, tuple(notes), tuple(unhonoured)
+        tag,
+        choice,
+        True,
+        seconds,
+        _size(client, tag),
+        log_path,
+        tuple(notes),
+        tuple(unhonoured),
+        COMPILED_SETUP if spec.install else None,
     )
 
 
@@ -289,6 +306,8 @@ def _stage_context(spec: EnvironmentSpec, source: Path | None, context: Path) ->
         shutil.copyfile(HOST_CA_BUNDLE, context / "host-ca.crt")
     else:
         (context / "host-ca.crt").write_text("")
+    if spec.install:
+        shutil.copyfile(Path(__file__).with_name("compiled.py"), context / "gagar-compiled.py")
     src = context / "src"
     if source is not None and (spec.install or spec.requirements_files):
         shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git"), symlinks=True)
@@ -349,6 +368,8 @@ def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> s
             for module, requirement in spec.test_tools
         ]
         lines.append(f"RUN {'; '.join(checks)}")
+    if spec.install:
+        lines.append(f"COPY gagar-compiled.py {COMPILED_SCRIPT}")
     for name, value in spec.env:
         lines.append(f"ENV {name}={shlex.quote(value)}")
     # The tree a command runs in imports before anything the install left in site-packages.
@@ -364,6 +385,7 @@ def _context_digest(context: Path, base_id: str, requirements: str | None) -> st
     """
     digest = hashlib.sha256(base_id.encode())
     keyed = ["Dockerfile", "host-ca.crt", *([f"src/{requirements}"] if requirements else [])]
+    keyed += ["gagar-compiled.py"] if (context / "gagar-compiled.py").exists() else []
     for name in keyed:
         digest.update(name.encode() + b"\0" + (context / name).read_bytes())
     return digest.hexdigest()[:16]
@@ -493,7 +515,8 @@ def open_task_sandbox(view: Any, backend: str = "docker", limits: Any = None) ->
 
     A task's own image wins; otherwise, on docker, its environment layer (built once, then reused) when the
     task names an interpreter or a recipe; otherwise the default image. The sandbox's `environment_note`
-    says what the environment could not honour.
+    says what the environment could not honour. A layer's own setup (`EnvironmentImage.tree_setup`) runs
+    in each target's tree before the task's.
 
     Args:
         view: the group's `GradingView` (its task, and its trees as a `TreeSource`).
@@ -511,17 +534,19 @@ def open_task_sandbox(view: Any, backend: str = "docker", limits: Any = None) ->
     from grader.sandbox.base import open_sandbox
 
     task = view.task
-    image, note = task.image, ""
+    image, note, setup = task.image, "", task.setup
     if image is None and (task.python or task.environment):
         if backend == "docker":
             layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
             image, note = layer.tag, layer.note
+            if layer.tree_setup:
+                setup = f"{layer.tree_setup}; {setup}" if setup else layer.tree_setup
         else:
             # Only Docker builds layers: say so on every `run` rather than let a probe on the host's
             # interpreter pass for one in the task's environment.
             note = not_built_note(backend, task.python)
     sandbox = open_sandbox(
-        view, backend=backend, image=image, setup=task.setup, test_command=task.test_command, limits=limits
+        view, backend=backend, image=image, setup=setup, test_command=task.test_command, limits=limits
     )
     sandbox.environment_note = note
     return sandbox

@@ -189,7 +189,9 @@ def test_llm_run_says_why_the_environment_could_not_be_built(tmp_path) -> None:
     result, runs = _grade_probes({"python": "3.9", "environment": recipe}, ["true"], tmp_path)
     assert result.status == "graded", result.reason  # the other tools still work; the grade goes on
     (only,) = runs
-    assert "run is unavailable: EnvironmentBuildError" in only and "gagar-no-such-package-on-pypi" in only
+    # The reason: the exception's `reason` (the model's wording) or, from a tools.py that predates it, its
+    # type and message; either names the requirement.
+    assert "run is unavailable: " in only and "gagar-no-such-package-on-pypi" in only
 
 
 def test_failed_build_is_remembered_and_fails_fast_until_retried() -> None:

@@ -198,3 +198,25 @@ def test_a_remembered_failure_keeps_both_wordings(tmp_path: Path) -> None:
 
     again = pickle.loads(pickle.dumps(error))
     assert again.reason == reason and str(again) == str(error)
+
+
+def test_compiled_modules_of_the_trees_packages_are_copied_where_the_tree_lacks_them(tmp_path: Path) -> None:
+    from grader.sandbox.compiled import copy_compiled
+
+    site, tree = tmp_path / "site-packages", tmp_path / "tree"
+    for path in ("pkg/_a.so", "pkg/sub/_b.so", "pkg/gone/_c.so", "other/_d.so", "pkg/_e.so", "pkg/mod.py"):
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(f"built {path}")
+    (tree / "pkg" / "sub").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("")
+    (tree / "pkg" / "_e.so").write_text("the candidate's own")
+    (tree / "other").mkdir()  # not a package of the tree: no __init__.py
+    assert copy_compiled(tree, site) == ["pkg/_a.so", "pkg/sub/_b.so"]
+    assert (tree / "pkg" / "sub" / "_b.so").read_text() == "built pkg/sub/_b.so"
+    assert (tree / "pkg" / "_e.so").read_text() == "the candidate's own"  # never overwritten
+    assert not (tree / "pkg" / "gone").exists() and not (tree / "pkg" / "mod.py").exists()
+    # A src layout gets them under src/.
+    src_tree = tmp_path / "src-tree"
+    (src_tree / "src" / "pkg" / "sub").mkdir(parents=True)
+    (src_tree / "src" / "pkg" / "__init__.py").write_text("")
+    assert copy_compiled(src_tree, site) == ["src/pkg/_a.so", "src/pkg/_e.so", "src/pkg/sub/_b.so"]
