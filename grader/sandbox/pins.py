@@ -17,6 +17,10 @@ notes so `run` says what differs from the recipe:
   where old setup scripts fail (astropy 3.0's imports setuptools' `Feature`, removed in 46; its numpy is
   not there). So the install runs with `--no-build-isolation`, and a setuptools pin older than 40.8.0 (the
   first with the `build_meta:__legacy__` backend pip 26 needs for such a tree) is lifted to it.
+- **Submodules from PyPI**: gagar's trees hold one repository, without its git submodules. A tree whose
+  setup needs a submodule that PyPI has as a package gets that release installed before the tree
+  (`SUBMODULE_PACKAGES`): astropy 3.0's setup.py bootstraps `astropy_helpers` from its empty submodule
+  folder, then from PyPI through easy_install (which fails here), and takes an installed copy first.
 - **Test tools**: every layer has pytest (a model's probes and most test commands use it), and a repository
   whose tests import optional packages gets them (`TEST_EXTRAS`: sympy's printing and lambdify tests import
   numpy), each installed only when the layer does not import it already, resolved as of the recipe's date.
@@ -25,6 +29,7 @@ notes so `run` says what differs from the recipe:
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -50,6 +55,11 @@ FIRST_INSTALLABLE: dict[str, dict[str, str]] = {
 }
 # setuptools' `build_meta:__legacy__`, which pip 26 builds a tree without pyproject.toml with.
 SETUPTOOLS_LEGACY_BACKEND = "40.8.0"
+# By (repository, environment version): the packages standing in for the tree's git submodules, pinned to
+# the release of the submodule's commit (astropy 1.3's base trees point astropy_helpers at its 3.0 line).
+SUBMODULE_PACKAGES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("astropy/astropy", "1.3"): ("astropy-helpers==3.0.2",)
+}
 TEST_TOOLS = ("pytest",)
 # Optional packages a repository's tests import (and skip without), as pip requirements, by the module
 # that tells whether one is there. numpy before 2: the repository's releases here all predate numpy 2.
@@ -136,12 +146,22 @@ def adjust(spec: EnvironmentSpec, choice: InterpreterChoice) -> tuple[Environmen
                     f"the tree is built with the recipe's setuptools, {m.group(2)} lifted to "
                     f"{SETUPTOOLS_LEGACY_BACKEND} (the first pip 26 can build with)"
                 )
+    build_commands = spec.build_commands
+    submodules = SUBMODULE_PACKAGES.get((spec.repository, spec.version), ())
+    if submodules:
+        install_them = "python -m pip install --no-input " + " ".join(shlex.quote(p) for p in submodules)
+        build_commands = (install_them, *build_commands)
+        notes.append(f"the tree's git submodules come from PyPI: {', '.join(submodules)}")
     extras = tuple(dict.fromkeys([*((t, t) for t in TEST_TOOLS), *TEST_EXTRAS.get(spec.repository, ())]))
-    return replace(spec, pip_packages=tuple(packages), install=install, test_tools=extras), notes
+    adjusted = replace(
+        spec, pip_packages=tuple(packages), install=install, build_commands=build_commands, test_tools=extras
+    )
+    return adjusted, notes
 
 
 __all__ = [
     "SETUPTOOLS_LEGACY_BACKEND",
+    "SUBMODULE_PACKAGES",
     "TEST_EXTRAS",
     "TEST_TOOLS",
     "FIRST_INSTALLABLE",
