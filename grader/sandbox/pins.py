@@ -60,6 +60,10 @@ SETUPTOOLS_LEGACY_BACKEND = "40.8.0"
 SUBMODULE_PACKAGES: dict[tuple[str, str], tuple[str, ...]] = {
     ("astropy/astropy", "1.3"): ("astropy-helpers==3.0.2",)
 }
+# What the setuptools-scm the layer adds for trees that use it (`setuptools-scm<8`) needs: pins older than
+# these break it, and with it every setup.py's egg_info (its file finder is a setuptools entry point, loaded
+# for any tree, which fails on the conflict: astropy 1.3 pins packaging 16.8).
+SETUPTOOLS_SCM_NEEDS = {"setuptools": "45", "packaging": "20.0"}
 TEST_TOOLS = ("pytest",)
 # Optional packages a repository's tests import (and skip without), as pip requirements, by the module
 # that tells whether one is there. numpy before 2: the repository's releases here all predate numpy 2.
@@ -110,6 +114,16 @@ def pins_setuptools(packages: tuple[str, ...]) -> bool:
     return any((m := _PIN.match(p)) is not None and canonical(m.group(1)) == "setuptools" for p in packages)
 
 
+def breaks_setuptools_scm(packages: tuple[str, ...]) -> bool:
+    """Whether `packages` pin a setuptools or packaging older than the layer's setuptools-scm needs."""
+    for requirement in packages:
+        m = _PIN.match(requirement)
+        needed = SETUPTOOLS_SCM_NEEDS.get(canonical(m.group(1))) if m else None
+        if m is not None and needed is not None and release(m.group(2)) < release(needed):
+            return True
+    return False
+
+
 def adjust(spec: EnvironmentSpec, choice: InterpreterChoice) -> tuple[EnvironmentSpec, list[str]]:
     """`spec` as the layer builds it on `choice`'s interpreter (see the module docstring), and what changed.
 
@@ -152,6 +166,9 @@ def adjust(spec: EnvironmentSpec, choice: InterpreterChoice) -> tuple[Environmen
         install_them = "python -m pip install --no-input " + " ".join(shlex.quote(p) for p in submodules)
         build_commands = (install_them, *build_commands)
         notes.append(f"the tree's git submodules come from PyPI: {', '.join(submodules)}")
+    if breaks_setuptools_scm(tuple(packages)):
+        build_commands = (*build_commands, "python -m pip uninstall --no-input -y setuptools-scm")
+        notes.append("setuptools-scm is left out: the recipe's pins predate it")
     extras = tuple(dict.fromkeys([*((t, t) for t in TEST_TOOLS), *TEST_EXTRAS.get(spec.repository, ())]))
     adjusted = replace(
         spec, pip_packages=tuple(packages), install=install, build_commands=build_commands, test_tools=extras
@@ -166,6 +183,7 @@ __all__ = [
     "TEST_TOOLS",
     "FIRST_INSTALLABLE",
     "adjust",
+    "breaks_setuptools_scm",
     "canonical",
     "lifted_pin",
     "pins_setuptools",
