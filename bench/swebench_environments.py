@@ -38,6 +38,7 @@ from grader.graders.transcript import read_transcript  # noqa: E402
 from grader.groups.formats import load_group_file  # noqa: E402
 from grader.groups.models import Group, complete_group  # noqa: E402
 from grader.pipeline import GradingOptions, grade_group_sync  # noqa: E402
+from grader.sandbox.environments import spec_for_task  # noqa: E402
 from grader.sandbox.prebuild import prebuild, summary_line  # noqa: E402
 from grader.servers.scripted import ScriptedServer, labels_in, tool_calls  # noqa: E402
 from grader.workspace.workspace import open_workspace  # noqa: E402
@@ -132,15 +133,20 @@ def test_result(exit_code: int, output: str) -> str:
     summary = (sympy_found or pytest_found or [""])[-1]
     counts = {
         word: int(n)
-        for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", summary)
+        for n, word in re.findall(
+            r"(\d+) (passed|failed|errors?|exceptions?|skipped|xfailed|xpassed)", summary
+        )
     }
-    failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
+    # sympy's bin/test counts an error raised in a test (not an assertion) as an exception.
+    failed = sum(counts.get(word, 0) for word in ("failed", "error", "errors", "exception", "exceptions"))
     total = sum(counts.values())
     if exit_code == 0 and summary:
         return f"passed ({summary})"
     if failed:
         return f"failed: {failed} of {total} ({summary})"
-    last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["no output"]
+    last = [line for line in output.strip().splitlines() if line.strip()][-1:] or [
+        "no output"
+    ]  # stderr's last
     return f"error: exit {exit_code}, {last[0][:160]}"
 
 
@@ -200,37 +206,41 @@ def main() -> None:
         for group in load_group_file(path):
             if group.group_id not in groups and (not args.group or group.group_id in set(args.group)):
                 groups[group.group_id] = complete_group(group)
-    # Each distinct layer once, serially, before any test runs (the first group that needs it builds it).
-    started = time.perf_counter()
-    outcomes = prebuild(
-        groups.values(), retry=args.retry, on_layer=lambda o: print("layer:", summary_line(o))
-    )
-    total = time.perf_counter() - started
-    by_group = {gid: outcome for outcome in outcomes for gid in outcome.groups}
-    table: list[list[str]] = []
+    # Each distinct layer once, serially (the first group that needs it builds it), then its groups' tests:
+    # the table grows a layer at a time, so a run cut short still has every row it got to.
+    layers: dict[Any, list[Group]] = {}
     for group in groups.values():
-        outcome = by_group[group.group_id]
-        first = outcome.groups[0] == group.group_id
-        build = f"{outcome.seconds:.0f}" if first and outcome.status == "built" else outcome.status
-        layer = outcome.tag.split(":", 1)[-1] or outcome.spec.slug
-        if outcome.status == "failed":
-            row = [
-                group.group_id,
-                layer,
-                "failed",
-                "-",
-                "-",
-                f"error: the layer did not build: {outcome.detail}",
-            ]
-        else:
-            seconds, result, python = table_row(group, args.test_timeout)
-            row = [group.group_id, layer, build, seconds, python, result]
-        table.append(row)
-        print(" | ".join(row), flush=True)
-        if args.instances and outcome.status != "failed":
-            probe(group, instances[group.group_id])
-    if args.table:
-        write_table(args.table, table, outcomes, total)
+        spec = spec_for_task(group.task.repo, group.task.python, group.task.environment)
+        layers.setdefault(spec, []).append(group)
+    outcomes, table, total = [], [], 0.0
+    for members in layers.values():
+        started = time.perf_counter()
+        (outcome,) = prebuild(members, retry=args.retry)
+        total += time.perf_counter() - started
+        outcomes.append(outcome)
+        print("layer:", summary_line(outcome), flush=True)
+        for group in members:
+            first = outcome.groups[0] == group.group_id
+            build = f"{outcome.seconds:.0f}" if first and outcome.status == "built" else outcome.status
+            layer = outcome.tag.split(":", 1)[-1] or outcome.spec.slug
+            if outcome.status == "failed":
+                row = [
+                    group.group_id,
+                    layer,
+                    "failed",
+                    "-",
+                    "-",
+                    f"error: the layer did not build: {outcome.detail}",
+                ]
+            else:
+                seconds, result, python = table_row(group, args.test_timeout)
+                row = [group.group_id, layer, build, seconds, python, result]
+            table.append(row)
+            print(" | ".join(row), flush=True)
+            if args.instances and outcome.status != "failed":
+                probe(group, instances[group.group_id])
+            if args.table:
+                write_table(args.table, table, outcomes, total)
 
 
 def probe(group: Group, instance: dict[str, Any]) -> None:
