@@ -92,8 +92,22 @@ class ImageBuildError(GagarError, RuntimeError):
 class EnvironmentBuildError(ImageBuildError):
     """A task's environment layer could not be built (a requirement PyPI lacks, a timeout, a full disk).
 
-    It concerns that task only: its `run` says so, the rest of the batch goes on.
+    It concerns that task only: its `run` says so, the rest of the batch goes on. The error has two parts:
+    `str(error)` is for people (the layer's tag, the host's log path, how to retry), `reason` is for a model
+    grading the task (what is unavailable and why, in the task's terms, with no host detail).
     """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        """Args:
+        message: the full message, with the host details a user needs.
+        reason: one or two lines in the task's terms; None takes `message` (when it has no host detail).
+        """
+        super().__init__(message)
+        self.reason = reason or message
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Both parts survive a trip to another process (the default would keep the message only).
+        return type(self), (str(self), self.reason)
 
 
 class UnknownInterpreter(GagarError, ValueError):

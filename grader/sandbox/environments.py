@@ -13,6 +13,12 @@ when it succeeded: it is built under a temporary tag which is renamed on success
 no half-built layer ever sits under a final name. A failure (a requirement PyPI does not have, a hang, a full
 disk) raises `EnvironmentBuildError` with the reason; it concerns that task only.
 
+What the layer installs is the recipe as it can install on the interpreter it gets (`plan_layer`, `pins`):
+a stand-in interpreter's pins are lifted to releases that install on it, a recipe that pins setuptools
+builds its tree with it, and every layer has pytest (and the optional packages its repository's tests
+import). A failure's `EnvironmentBuildError` carries the cause twice: for people, with the log's path, and
+for a model, in the task's terms (`builds`).
+
 A layer's cache key is its recipe, not the tree that first built it: like SWE-bench's environment images, one
 layer serves every task of a (repository, version, interpreter), whatever its base commit (the tree's
 requirements file, when the recipe names one, is part of the key; the rest of the tree is not). A failed build
@@ -25,25 +31,23 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
-import os
 import re
 import secrets
 import shlex
 import shutil
-import subprocess
 import tarfile
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from grader.errors import EnvironmentBuildError, ImageBuildError
-from grader.sandbox.images import HASH_LABEL, build_interpreter_image, image_hash
+from grader.sandbox.builds import FailureMemory, docker_build
+from grader.sandbox.images import build_interpreter_image, image_hash
 from grader.sandbox.interpreters import InterpreterChoice, choose_interpreter
+from grader.sandbox.pins import adjust
 from grader.sandbox.requirements import honour, unhonourable
 from grader.util.cachedirs import machine_cache
 from grader.util.filelock import file_lock
@@ -53,10 +57,12 @@ log = logging.getLogger(__name__)
 ENVIRONMENT_REPOSITORY = "gagar/env"
 VENV = "/opt/gagar-env"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# `compiled`'s script in the layer, and the part of each target's setup that runs it (layers that install the
+# tree only: the others have no build of it to copy from).
+COMPILED_SCRIPT = f"{VENV}/gagar-compiled.py"
+COMPILED_SETUP = f"python {COMPILED_SCRIPT} || true"
 DEFAULT_BUILD_TIMEOUT = 1800.0
 DEFAULT_LOG_BYTES = 4 * 1024**2
-# Proxy settings the host's pip would use: the layer's pip must go the same way to reach PyPI.
-_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,9 @@ class EnvironmentSpec:
     uploaded_prior_to: str | None = None
     """Resolve every requirement from PyPI as of this ISO 8601 time (pip's `--uploaded-prior-to`, pip 26),
     so unpinned requirements of an old repository get the versions of its time rather than today's."""
+    test_tools: tuple[tuple[str, str], ...] = ()
+    """(module, pip requirement) pairs installed last, each only when the module does not import already:
+    the test runner and the optional packages a repository's tests import (`pins.adjust` fills them)."""
 
     @property
     def slug(self) -> str:
@@ -115,6 +124,10 @@ class EnvironmentImage:
     PyPI, other indexes), as "FILE:LINE: text" (grader.sandbox.requirements); the layer is built without
     them and fails only when what remains does not install."""
 
+    tree_setup: str | None = None
+    """The layer's part of each target's setup (it runs before the task's own), or None: copying the
+    compiled extension modules of the layer's build of the base tree into the target's tree (`compiled`)."""
+
     @property
     def note(self) -> str:
         """The notes as one line ("" when there are none)."""
@@ -131,6 +144,23 @@ def environments_cache() -> Path:
 def environment_tag(spec: EnvironmentSpec, choice: InterpreterChoice) -> str:
     """The final tag of `spec`'s layer on the interpreter `choice` picked."""
     return f"{ENVIRONMENT_REPOSITORY}:{spec.slug}-py{choice.interpreter.version}"
+
+
+def plan_layer(spec: EnvironmentSpec) -> tuple[InterpreterChoice, EnvironmentSpec, tuple[str, ...]]:
+    """The interpreter `spec`'s layer gets, the spec as built on it (`pins.adjust`), and the notes saying so.
+
+    Args:
+        spec: the recipe's layer.
+
+    Returns:
+        (the interpreter choice, the spec to build, the notes: the stand-in interpreter, lifted pins).
+
+    Raises:
+        UnknownInterpreter: `spec.python` is not a Python 3 release.
+    """
+    choice = choose_interpreter(spec.python, pinned=any("==" in p for p in spec.pip_packages))
+    adjusted, changes = adjust(spec, choice)
+    return choice, adjusted, tuple([choice.note] if choice.note else []) + tuple(changes)
 
 
 def build_environment(
@@ -168,8 +198,8 @@ def build_environment(
     import docker
     import docker.errors
 
-    choice = choose_interpreter(spec.python)
-    notes = [choice.note] if choice.note else []
+    choice, spec, planned = plan_layer(spec)
+    notes = list(planned)
     if (spec.requirements_files or spec.install) and source is None:
         raise EnvironmentBuildError(
             f"{spec.slug}: the spec installs from the base tree but no tree was given"
@@ -177,7 +207,12 @@ def build_environment(
     try:
         base = build_interpreter_image(choice.interpreter)
     except ImageBuildError as exc:
-        raise EnvironmentBuildError(f"{spec.slug}: interpreter image: {exc}") from exc
+        raise EnvironmentBuildError(
+            f"{spec.slug}: interpreter image: {exc}",
+            _for_model(
+                spec, choice, f"the Python {choice.interpreter.version} interpreter could not be set up"
+            ),
+        ) from exc
     client = docker.from_env()
     base_id = client.images.get(base.tag).id
     started = time.monotonic()
@@ -211,33 +246,46 @@ def build_environment(
                     None,
                     tuple(notes),
                     tuple(unhonoured),
+                    COMPILED_SETUP if spec.install else None,
                 )
             failures = FailureMemory(cache)
-            remembered = None if force or retry else failures.recall(tag, digest)
+            remembered = None if force or retry else failures.recall_error(tag, digest)
             if remembered is not None:
-                raise EnvironmentBuildError(remembered)
+                raise remembered
             log_path = cache / "logs" / f"{tag.split(':', 1)[1]}.log"
             temporary = f"{ENVIRONMENT_REPOSITORY}-partial:{spec.slug}-{secrets.token_hex(4)}"
             try:
-                _docker_build(context, temporary, digest, log_path, timeout, log_bytes, no_cache)
-                client.images.get(temporary).tag(*tag.split(":", 1))
-            except EnvironmentBuildError as exc:
-                # Named by the final tag (the temporary one means nothing to a reader), with the date
-                # requirements were resolved at when there is one: "not on PyPI" then means "not yet".
-                reason = str(exc).split(": ", 1)[-1]
-                dated = f" [PyPI as of {spec.uploaded_prior_to}]" if spec.uploaded_prior_to else ""
-                message = f"{tag.split(':', 1)[1]}: {reason}{dated}"
-                failures.remember(tag, digest, message)
-                raise EnvironmentBuildError(message) from exc
+                failed = docker_build(context, temporary, digest, log_path, timeout, log_bytes, no_cache)
+                if failed is None:
+                    client.images.get(temporary).tag(*tag.split(":", 1))
             except docker.errors.DockerException as exc:
-                raise EnvironmentBuildError(f"{spec.slug}: could not tag the layer: {exc}") from exc
+                raise EnvironmentBuildError(
+                    f"{spec.slug}: could not tag the layer: {exc}",
+                    _for_model(spec, choice, "the build failed"),
+                ) from exc
             finally:
                 _remove_tag(client, temporary)
+            if failed is not None:
+                # Named by the final tag (the temporary one means nothing to a reader), with the date
+                # requirements were resolved at when there is one: "not on PyPI" then means "not yet".
+                dated = f" [PyPI as of {spec.uploaded_prior_to}]" if spec.uploaded_prior_to else ""
+                message = f"{tag.split(':', 1)[1]}: {failed.cause}{dated} (log: {log_path})"
+                reason = _for_model(spec, choice, failed.model_cause)
+                failures.remember(tag, digest, message, reason)
+                raise EnvironmentBuildError(message, reason)
             failures.forget(tag)
     seconds = time.monotonic() - started
     log.info("built %s in %.0f s (log: %s)", tag, seconds, log_path)
     return EnvironmentImage(
-        tag, choice, True, seconds, _size(client, tag), log_path, tuple(notes), tuple(unhonoured)
+        tag,
+        choice,
+        True,
+        seconds,
+        _size(client, tag),
+        log_path,
+        tuple(notes),
+        tuple(unhonoured),
+        COMPILED_SETUP if spec.install else None,
     )
 
 
@@ -258,6 +306,8 @@ def _stage_context(spec: EnvironmentSpec, source: Path | None, context: Path) ->
         shutil.copyfile(HOST_CA_BUNDLE, context / "host-ca.crt")
     else:
         (context / "host-ca.crt").write_text("")
+    if spec.install:
+        shutil.copyfile(Path(__file__).with_name("compiled.py"), context / "gagar-compiled.py")
     src = context / "src"
     if source is not None and (spec.install or spec.requirements_files):
         shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git"), symlinks=True)
@@ -311,6 +361,15 @@ def _dockerfile(spec: EnvironmentSpec, base: str, requirements: str | None) -> s
         scm = f"SETUPTOOLS_SCM_PRETEND_VERSION={shlex.quote(_pep440(spec.version))}"
         lines.append(f"RUN cd /opt/gagar-src && {scm} {install.strip()}")
     lines.append("RUN rm -rf /opt/gagar-src")
+    if spec.test_tools:
+        # Last, so they never change what the recipe's own pins resolved to (and earlier steps stay cached).
+        checks = [
+            f"python -c {shlex.quote(f'import {module}')} 2>/dev/null || {pip} {shlex.quote(requirement)}"
+            for module, requirement in spec.test_tools
+        ]
+        lines.append(f"RUN {'; '.join(checks)}")
+    if spec.install:
+        lines.append(f"COPY gagar-compiled.py {COMPILED_SCRIPT}")
     for name, value in spec.env:
         lines.append(f"ENV {name}={shlex.quote(value)}")
     # The tree a command runs in imports before anything the install left in site-packages.
@@ -326,144 +385,18 @@ def _context_digest(context: Path, base_id: str, requirements: str | None) -> st
     """
     digest = hashlib.sha256(base_id.encode())
     keyed = ["Dockerfile", "host-ca.crt", *([f"src/{requirements}"] if requirements else [])]
+    keyed += ["gagar-compiled.py"] if (context / "gagar-compiled.py").exists() else []
     for name in keyed:
         digest.update(name.encode() + b"\0" + (context / name).read_bytes())
     return digest.hexdigest()[:16]
 
 
-class FailureMemory:
-    """Failed layer builds: one JSON file per final tag under `<cache>/failures/`, keyed by the digest.
-
-    A record only answers for the digest it was written for: a changed recipe is a new layer and builds.
-    """
-
-    def __init__(self, cache: Path) -> None:
-        self.root = cache / "failures"
-
-    def _path(self, tag: str) -> Path:
-        return self.root / f"{tag.replace('/', '_').replace(':', '_')}.json"
-
-    def recall(self, tag: str, digest: str) -> str | None:
-        """The remembered failure of `tag` at `digest`, as an error message, or None.
-
-        Args:
-            tag: the layer's final tag.
-            digest: the layer's current cache key.
-
-        Returns:
-            The message to raise, naming the earlier reason, when it failed and how to retry; else None.
-        """
-        try:
-            record = json.loads(self._path(tag).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if record.get("digest") != digest:
-            return None
-        return (
-            f"{record.get('reason', 'failed')} [remembered from the build at {record.get('at', '?')}; "
-            "retry with `gagar env build --retry` or build_environment(..., retry=True)]"
-        )
-
-    def remember(self, tag: str, digest: str, reason: str) -> None:
-        """Record that `tag` failed at `digest` with `reason` (written atomically; never raises).
-
-        Args:
-            tag: the layer's final tag.
-            digest: the layer's cache key.
-            reason: the build's error message.
-        """
-        record = {
-            "tag": tag,
-            "digest": digest,
-            "reason": reason,
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            partial = self._path(tag).with_suffix(f".{secrets.token_hex(4)}.tmp")
-            partial.write_text(json.dumps(record), encoding="utf-8")
-            partial.replace(self._path(tag))
-        except OSError as exc:
-            log.warning("could not remember the failed build of %s: %s", tag, exc)
-
-    def forget(self, tag: str) -> None:
-        """Drop `tag`'s record (after a successful build).
-
-        Args:
-            tag: the layer's final tag.
-        """
-        self._path(tag).unlink(missing_ok=True)
-
-
-def _docker_build(
-    context: Path, tag: str, digest: str, log_path: Path, timeout: float, log_bytes: int, no_cache: bool
-) -> None:
-    """`docker build` under `timeout`, its output capped into `log_path`. Raises `EnvironmentBuildError`."""
-    # --force-rm: the engine keeps a failed step's container otherwise (one per failed build, forever).
-    argv = ["docker", "build", "--force-rm", "--network=host", "--label", f"{HASH_LABEL}={digest}", "-t", tag]
-    argv += ["--no-cache"] if no_cache else []
-    for name in _PROXY_VARS:
-        if os.environ.get(name):
-            argv += ["--build-arg", f"{name}={os.environ[name]}"]
-    argv.append(str(context))
-    env = {**os.environ, "DOCKER_BUILDKIT": "0"}
-    started = time.monotonic()
-    tail: list[str] = []
-    written = dropped = 0
-    with open(log_path, "w", encoding="utf-8", errors="replace") as out:
-        out.write(f"$ {shlex.join(argv)}\n")
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env
-        )
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                tail = (tail + [line])[-60:]
-                if written + len(line) <= log_bytes:
-                    out.write(line)
-                    written += len(line)
-                else:
-                    dropped += len(line)
-            proc.wait()
-        finally:
-            timer.cancel()
-        if dropped:
-            out.write(f"\n[gagar: {dropped} more bytes of output not kept]\n")
-    timed_out = time.monotonic() - started >= timeout and proc.returncode != 0
-    if proc.returncode == 0:
-        return
-    text = "".join(tail)
-    raise EnvironmentBuildError(
-        f"{tag.split(':', 1)[1]}: {_reason(text, timed_out, timeout)} (log: {log_path})"
+def _for_model(spec: EnvironmentSpec, choice: InterpreterChoice, cause: str) -> str:
+    """A build failure in the task's terms (`EnvironmentBuildError.reason`): which environment, and why."""
+    return (
+        f"the task's environment ({spec.repository} {spec.version}'s dependencies on Python "
+        f"{choice.interpreter.version}) could not be built: {cause}"
     )
-
-
-def _reason(text: str, timed_out: bool, timeout: float) -> str:
-    """One line saying why a build failed, from the tail of its output."""
-    if timed_out:
-        return f"the build took longer than {timeout:g} s and was stopped"
-    patterns = (
-        (
-            r"No matching distribution found for (\S+)",
-            "requirement {} is not on PyPI for this Python",
-        ),
-        (r"Could not find a version that satisfies the requirement (\S+)", "no version of {} fits"),
-        (r"Unable to locate package (\S+)", "Debian package {} is not on the mirror"),
-        (r"(No space left on device)", "the disk is full ({})"),
-    )
-    for pattern, message in patterns:
-        m = re.search(pattern, text)
-        if m:
-            return message.format(m.group(1))
-    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() if line.strip()]
-    # A Python exception says more than the step's exit code that follows it.
-    raised = [line for line in lines if re.match(r"[A-Z]\w*(Error|Exception): ", line)]
-    step = [line for line in lines if "returned a non-zero code" in line]
-    errors = [line for line in lines if re.search(r"error", line, re.I)]
-    picked = (raised or step or errors or lines or ["docker build failed without output"])[-1][:400]
-    return f"{picked} [{step[-1][:200]}]" if raised and step else picked
 
 
 def _pep440(version: str) -> str:
@@ -497,6 +430,7 @@ __all__ = [
     "environments_cache",
     "not_built_note",
     "open_task_sandbox",
+    "plan_layer",
     "spec_for_task",
     "tree_setup",
 ]
@@ -568,7 +502,11 @@ def environment_for(trees: Any, spec: EnvironmentSpec, **options: Any) -> Enviro
             with tarfile.open(fileobj=io.BytesIO(trees.archive("base"))) as archive:
                 archive.extractall(tmp, filter="data")
         except (tarfile.TarError, OSError, KeyError) as exc:
-            raise EnvironmentBuildError(f"{spec.slug}: could not unpack the base tree: {exc}") from exc
+            raise EnvironmentBuildError(
+                f"{spec.slug}: could not unpack the base tree: {exc}",
+                f"the task's environment ({spec.repository} {spec.version}) could not be built: "
+                "the repository's base tree could not be read",
+            ) from exc
         return build_environment(spec, Path(tmp), **options)
 
 
@@ -577,7 +515,8 @@ def open_task_sandbox(view: Any, backend: str = "docker", limits: Any = None) ->
 
     A task's own image wins; otherwise, on docker, its environment layer (built once, then reused) when the
     task names an interpreter or a recipe; otherwise the default image. The sandbox's `environment_note`
-    says what the environment could not honour.
+    says what the environment could not honour. A layer's own setup (`EnvironmentImage.tree_setup`) runs
+    in each target's tree before the task's.
 
     Args:
         view: the group's `GradingView` (its task, and its trees as a `TreeSource`).
@@ -595,17 +534,19 @@ def open_task_sandbox(view: Any, backend: str = "docker", limits: Any = None) ->
     from grader.sandbox.base import open_sandbox
 
     task = view.task
-    image, note = task.image, ""
+    image, note, setup = task.image, "", task.setup
     if image is None and (task.python or task.environment):
         if backend == "docker":
             layer = environment_for(view, spec_for_task(task.repo, task.python, task.environment))
             image, note = layer.tag, layer.note
+            if layer.tree_setup:
+                setup = f"{layer.tree_setup}; {setup}" if setup else layer.tree_setup
         else:
             # Only Docker builds layers: say so on every `run` rather than let a probe on the host's
             # interpreter pass for one in the task's environment.
             note = not_built_note(backend, task.python)
     sandbox = open_sandbox(
-        view, backend=backend, image=image, setup=task.setup, test_command=task.test_command, limits=limits
+        view, backend=backend, image=image, setup=setup, test_command=task.test_command, limits=limits
     )
     sandbox.environment_note = note
     return sandbox

@@ -2,7 +2,10 @@
 
 There is no registry here, so interpreters come from Debian releases (debootstrapped by `images`): bullseye
 has 3.9, bookworm 3.11, trixie 3.13. A task that names another 3.x gets the nearest of these, and the choice
-says so; a tie goes to the newer one (3.10 code may use syntax 3.9 lacks: `match`, `X | Y` annotations).
+says so. A tie goes to the newer one (3.10 code may use syntax 3.9 lacks: `match`, `X | Y` annotations),
+unless the task's requirements are pinned: pins chosen for 3.10 mostly have wheels for 3.9 (packages drop an
+old Python years after its release) and often none for 3.11 (SWE-bench's xarray 0.12 pins numpy 1.23.0,
+whose first wheel for 3.11 is 1.23.2), and an older interpreter is closer to the code of their time.
 """
 
 from __future__ import annotations
@@ -55,10 +58,18 @@ class InterpreterChoice:
         )
 
 
-def choose_interpreter(requested: str | None) -> InterpreterChoice:
+def choose_interpreter(requested: str | None, pinned: bool = False) -> InterpreterChoice:
     """The interpreter for a task's `python` (e.g. "3.9", "3.10.4", "python3.8"); None means the default.
 
-    Raises `UnknownInterpreter` for anything that is not a Python 3 release (e.g. "2.7", "3.42", "pypy").
+    Args:
+        requested: the task's `python`.
+        pinned: the task's requirements pin exact versions: a tie goes to the older interpreter.
+
+    Returns:
+        The nearest available interpreter (on a tie the newer one, or the older one when `pinned`).
+
+    Raises:
+        UnknownInterpreter: `requested` is not a Python 3 release (e.g. "2.7", "3.42", "pypy").
     """
     text = (requested or DEFAULT_PYTHON).strip()
     match = re.fullmatch(r"(?:python|py|cpython)?\s*(\d+)\.(\d+)(?:\.\d+)?", text, flags=re.I)
@@ -70,6 +81,11 @@ def choose_interpreter(requested: str | None) -> InterpreterChoice:
         raise UnknownInterpreter(
             f"unknown interpreter Python {major}.{minor}: not a Python 3 release any of {available} can run"
         )
-    # Nearest by minor; on a tie the newer (sorted by distance, then by descending minor).
-    best = min(INTERPRETERS, key=lambda i: (abs(int(i.version.split(".")[1]) - minor), -int(i.version[2:])))
+    # Nearest by minor; on a tie the newer (sorted by distance, then by descending minor), or the older.
+    tie = 1 if pinned else -1
+    best = min(INTERPRETERS, key=lambda i: (abs(_minor(i) - minor), tie * _minor(i)))
     return InterpreterChoice(f"3.{minor}", best)
+
+
+def _minor(interpreter: Interpreter) -> int:
+    return int(interpreter.version.split(".")[1])

@@ -5,6 +5,10 @@ VCS URL (`git+https://github.com/sphinx-doc/sphinx.git@...`), a direct URL on an
 would fail the whole layer on that one line. `honour` rewrites the staged copy of such a file (and the files
 it includes with -r/-c) without those lines and returns them, so the layer is built from what remains and
 the caller can list what was left out (`EnvironmentImage.unhonoured`).
+
+A line that installs a local path editable (`-e .`, pylint 2.15's requirements_test.txt) is kept as a plain
+install of that path: the tree is installed for its dependencies only (each command runs in its own copy of
+the tree), and a backend without PEP 660's editable hook (setuptools before 64) fails `-e` outright.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ VCS = re.compile(r"^(?:-e\s+|--editable[=\s]+)?(?:[\w.\[\],-]+\s*@\s*)?(git|hg|s
 URL = re.compile(r"(?:^|[\s@=])(https?|ftp|file)://\S+", re.IGNORECASE)
 INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host")
 INCLUDE_OPTIONS = ("-r", "--requirement", "-c", "--constraint")
+# `-e PATH` / `--editable=PATH` of a local path (not a VCS or URL requirement, which `unhonourable` catches).
+LOCAL_EDITABLE = re.compile(r"^(?:-e|--editable)(?:\s+|=)(?P<path>(?:\.|/|file:)\S*)\s*$")
 
 
 def unhonourable(line: str) -> bool:
@@ -48,7 +54,7 @@ def unhonourable(line: str) -> bool:
 
 def honour(path: Path, root: Path) -> list[str]:
     """Rewrite the requirements file `path` (and each file it includes, inside `root`) without the lines an
-    offline build cannot honour.
+    offline build cannot honour, and with local editable installs made plain (see the module docstring).
 
     Args:
         path: a staged requirements file (it is rewritten in place: pass a copy).
@@ -71,6 +77,11 @@ def honour(path: Path, root: Path) -> list[str]:
             if unhonourable(line):
                 left_out.append(f"{resolved.relative_to(root.resolve()).as_posix()}:{number}: {line.strip()}")
                 kept.append(f"# left out by gagar (needs more than PyPI): {line.strip()}")
+                continue
+            editable = LOCAL_EDITABLE.match(line.split(" #", 1)[0].strip())
+            if editable:
+                kept.append(f"# installed plainly by gagar, not editable: {line.strip()}")
+                kept.append(editable.group("path"))
                 continue
             kept.append(line)
             for include in _includes(line):

@@ -502,6 +502,8 @@ class AgentLoop:
             usage.tool_output_chars += len(output)
             usage.sandbox_seconds = round(self.toolbox.sandbox_seconds)
             usage.environment_seconds = round(self.toolbox.environment_seconds)
+            if self.toolbox.sandbox_failure and "sandbox_unavailable" not in self.state.details:
+                self.state.details["sandbox_unavailable"] = self.toolbox.sandbox_failure
             self.answer(call_id, name, output, started, is_error)
         return None
 

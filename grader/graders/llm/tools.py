@@ -261,6 +261,9 @@ class Toolbox:
         self.sandbox_budget = sandbox_budget
         self._sandbox: Sandbox | None = None
         self._sandbox_error: str | None = None
+        self.sandbox_failure: str | None = None
+        """Why the sandbox could not open, in full for people (log paths, pip's words); the model is told
+        the task-level reason alone (`EnvironmentBuildError.reason`)."""
         self._sandbox_described = False  # the first run that reaches the sandbox says what it runs on
 
     def schemas(self) -> list[dict[str, Any]]:
@@ -497,8 +500,11 @@ class Toolbox:
                 self._sandbox = self._sandbox_opener()
             except Exception as exc:  # any backend failure leaves the other tools working
                 self._sandbox_slots.release()
-                self._sandbox_error = f"{type(exc).__name__}: {exc}"
-                raise ToolError(f"run is unavailable: {self._sandbox_error}") from None
+                self.sandbox_failure = f"{type(exc).__name__}: {exc}"
+                self._sandbox_error = getattr(exc, "reason", None) or self.sandbox_failure
+                raise ToolError(
+                    f"run is unavailable: {self._sandbox_error}; the other tools still work"
+                ) from None
             finally:
                 self.environment_seconds += time.monotonic() - started
         return self._sandbox
