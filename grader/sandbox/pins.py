@@ -33,8 +33,9 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from grader.sandbox.layer_spec import EnvironmentSpec
+
 if TYPE_CHECKING:
-    from grader.sandbox.environments import EnvironmentSpec
     from grader.sandbox.interpreters import InterpreterChoice
 
 # The first release of each package that installs on an interpreter: a compiled package's first CPython
