@@ -4,7 +4,7 @@ dataclasses), `examples` (the example closing each command's help).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grader.util.lazy import lazy_exports
 
@@ -16,11 +16,6 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:
     from grader.cli.main import build_parser, main
 
-
-def __getattr__(name: str) -> Any:
-    return _exported(name)
-
-
-_exported, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = ["build_parser", "main"]

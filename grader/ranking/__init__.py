@@ -6,7 +6,7 @@ the length monitor (`length`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grader.util.lazy import lazy_exports
 
@@ -23,11 +23,6 @@ if TYPE_CHECKING:
     from grader.errors import InvalidRanking
     from grader.ranking.order import Ranking, check_ranking, expand_classes, positions, validate_ranking
 
-
-def __getattr__(name: str) -> Any:
-    return _exported(name)
-
-
-_exported, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = ["InvalidRanking", "Ranking", "check_ranking", "expand_classes", "positions", "validate_ranking"]

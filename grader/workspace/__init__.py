@@ -4,7 +4,7 @@ and the read-only view graders see (`view`). Git only: nothing here knows grader
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grader.util.lazy import lazy_exports
 
@@ -25,12 +25,7 @@ if TYPE_CHECKING:
     from grader.workspace.view import BASE, GradingView, WorkspaceView
     from grader.workspace.workspace import BASE_REF, DEFAULT_MAX_FUZZ, Workspace, open_workspace, ref_name
 
-
-def __getattr__(name: str) -> Any:
-    return _exported(name)
-
-
-_exported, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "BASE",

@@ -5,7 +5,7 @@ server), `tools` (list, diff, read, search, run, submit), `config` and `budgets`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grader.util.lazy import lazy_exports
 
@@ -25,12 +25,7 @@ if TYPE_CHECKING:
     from grader.graders.llm.config import LLMConfig
     from grader.graders.llm.endpoint import Endpoint, EndpointFailed
 
-
-def __getattr__(name: str) -> Any:
-    return _exported(name)
-
-
-_exported, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "ALL_PASS_CLAIM",
