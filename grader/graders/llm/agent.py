@@ -21,6 +21,7 @@ from typing import Any
 
 from grader.errors import GradingFailed
 from grader.graders.base import Grade
+from grader.graders.evidence.opening import opening_evidence
 from grader.graders.llm.budgets import Budgets
 from grader.graders.llm.config import LLMConfig
 from grader.graders.llm.endpoint import (
@@ -502,6 +503,9 @@ class LLMGrader:
             contrast=contrast,
             tools=", ".join(toolbox.names()),
         )
+        evidence = opening_evidence(view, toolbox.candidates.members, self.config.sandbox)
+        if evidence:  # what gagar already ran, so the model's turns go to what differs (issue 38)
+            task += "\n\n" + wrap(evidence, toolbox.markers)
         return [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
     @staticmethod
