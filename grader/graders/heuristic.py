@@ -54,7 +54,7 @@ from typing import Any
 
 from grader.graders import signatures
 from grader.graders.base import Grade
-from grader.graders.evidence import SIGNALS, Evidence, candidate_signals, gather, render_table
+from grader.graders.evidence import SIGNALS, Evidence, OutcomeCache, candidate_signals, gather, render_table
 from grader.ranking.order import expand_classes
 from grader.util.terminal import printable_line
 from grader.workspace import patches
@@ -183,6 +183,8 @@ class HeuristicGrader:
         self.evidence_budget = float(evidence_budget)
         self.evidence_sandbox = evidence_sandbox
         self.progress: Callable[[str], None] | None = _stderr_progress
+        self.outcome_cache: OutcomeCache | None = None
+        """Where the stage keeps outcomes; None for the default under the data cache."""
 
     def fingerprint(self) -> str:
         """The name, the signal version and whether execution evidence is read: nothing else changes its
@@ -215,7 +217,7 @@ class HeuristicGrader:
             with view.resources.sandbox:
                 return open_task_sandbox(view, self.evidence_sandbox)
 
-        return gather(view, opener, self.evidence_budget, progress=self.progress)
+        return gather(view, opener, self.evidence_budget, cache=self.outcome_cache, progress=self.progress)
 
     def _say_skipped(self, evidence: Evidence) -> None:
         if evidence.skipped and self.progress is not None:

@@ -48,11 +48,11 @@ DEFAULT_BUDGET = 300.0
 """Seconds the stage may take per group (wall time, sandbox start included)."""
 SNIPPET_TIMEOUT = 60.0
 """Seconds one statement probe may run on one target."""
-TEST_TIMEOUT = 60.0
+TEST_TIMEOUT = 30.0
 """Seconds the test run may take on base; a candidate gets three times base's time, within this bound."""
 MAX_TEST_FILES = 6
-PARALLEL = 2
-"""Targets run at once (this machine's class: 2 cores)."""
+PARALLEL = 3
+"""Targets run at once: three keep two cores busy while a third copies its tree or starts."""
 CACHE_VERSION = "1"
 """Part of every cache key: bump when a probe's command or an outcome's reading changes."""
 
@@ -118,9 +118,20 @@ for node in nodes:
     try:
         if repl:
             code = compile(ast.fix_missing_locations(ast.Interactive(body=[node])), "<statement>", "single")
+            exec(code, namespace)
+        elif module.body and isinstance(module.body[-1], ast.Expr):
+            # A script ending on an expression is a notebook cell: its value is displayed (rendered).
+            body = ast.Module(body=module.body[:-1], type_ignores=[])
+            exec(compile(body, "<statement>", "exec"), namespace)
+            last = ast.Expression(body=module.body[-1].value)
+            value = eval(compile(ast.fix_missing_locations(last), "<statement>", "eval"), namespace)
+            render = getattr(type(value), "_repr_png_", None)
+            if render is not None:
+                render(value)
+            if value is not None:
+                print(repr(value))
         else:
-            code = compile(node, "<statement>", "exec")
-        exec(code, namespace)
+            exec(compile(node, "<statement>", "exec"), namespace)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             failed = True
@@ -469,7 +480,10 @@ def gather(
                     f"({index}/{len(probes)}, {done:.0f} s)"
                 )
     except GagarError as exc:
-        evidence.skipped = f"the sandbox failed: {exc}"
+        if evidence.probes:  # what ran before the failure still counts
+            evidence.notes.append(f"the sandbox failed after {len(evidence.probes)} probe(s): {exc}")
+        else:
+            evidence.skipped = f"the sandbox failed: {exc}"
     finally:
         if sandbox is not None:
             sandbox.close()
