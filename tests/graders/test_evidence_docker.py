@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from grader.evaluation.benchmark import load_benchmark
-from grader.util.cachedirs import machine_cache
-from grader.workspace.mirrors import MirrorCache
 from grader.graders.evidence import OutcomeCache, render_table
 from grader.graders.heuristic import HeuristicGrader
+from grader.util.cachedirs import machine_cache
+from grader.workspace.mirrors import MirrorCache
 from grader.workspace.workspace import open_workspace
 from tests.support.conftest_sandbox import docker_marks
 
