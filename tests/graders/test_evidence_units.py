@@ -117,6 +117,13 @@ def test_exception_and_per_test_outcomes_are_read():
         "tests/t.py::test_b": False,
         "tests/t.py::test_c": True,
     }
+    unittest_out = (
+        "test_mul (tests.test_core.MulTest.test_mul) ... FAIL\ntest_x (tests.t.X) ... skipped 'no'\n"
+    )
+    assert per_test_results(unittest_out) == {
+        "tests.test_core.MulTest::test_mul": False,
+        "tests.t.X::test_x": True,
+    }
     sympy_out = "sympy/core/tests/test_basic.py[3]\ntest_one ok\ntest_two F\ntest_three E\n"
     assert per_test_results(sympy_out) == {
         "sympy/core/tests/test_basic.py::test_one": True,

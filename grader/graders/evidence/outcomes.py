@@ -3,8 +3,8 @@
 Two runs of the same behaviour must compare equal, so an outcome keeps its exit status, the exception it
 ended on (type and last frame, without the line number: a patch above it moves it) and its output with what
 varies from run to run taken out: memory addresses, timings, dates, temporary and tree paths, pytest's
-session header. Per-test outcomes of a test run are read from pytest's `-rA` summary and from sympy's
-`bin/test --verbose` lines.
+session header. Per-test outcomes of a test run are read from pytest's `-rA` summary, unittest's `-v` lines
+and sympy's `bin/test --verbose` lines.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ _EXCEPTION_LINE = re.compile(
 _PYTEST_RESULT = re.compile(r"^(?P<outcome>PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(?P<test>\S+)")
 _SYMPY_FILE = re.compile(r"^(?P<file>\S+\.py)\[\d+\]")
 _SYMPY_RESULT = re.compile(r"^(?P<test>test_\w+)\s+(?P<outcome>ok|F|E|f|X|s|Slow|w)\b")
+_UNITTEST_RESULT = re.compile(
+    r"^(?P<test>\w+) \((?P<where>[\w.]+)\)(?: .*?)? \.\.\. "
+    r"(?P<outcome>ok|FAIL|ERROR|skipped\b.*|expected failure|unexpected success)$"
+)
 _PASSED = {"PASSED", "XFAIL", "SKIPPED", "ok", "f", "s", "Slow", "w"}
 
 
@@ -167,7 +171,8 @@ def exception_of(stdout: str, stderr: str) -> tuple[str, str]:
 
 
 def test_results(output: str) -> dict[str, bool]:
-    """Per-test outcomes of a test run: pytest's `-rA` summary lines, sympy's `bin/test --verbose` lines.
+    """Per-test outcomes of a test run: pytest's `-rA` summary lines, unittest's `-v` lines, sympy's
+    `bin/test --verbose` lines.
 
     Args:
         output: the run's stdout and stderr.
@@ -186,6 +191,12 @@ def test_results(output: str) -> dict[str, bool]:
         sympy_file = _SYMPY_FILE.match(line)
         if sympy_file:
             current_file = sympy_file.group("file")
+            continue
+        unittest = _UNITTEST_RESULT.match(line)
+        if unittest:
+            outcome, test, where = unittest.group("outcome", "test", "where")
+            where = where.removesuffix(f".{test}")  # Python 3.11 names the method inside the brackets too
+            results[f"{where}::{test}"] = outcome == "ok" or outcome.startswith(("skipped", "expected"))
             continue
         sympy = _SYMPY_RESULT.match(line)
         if sympy:

@@ -161,7 +161,8 @@ class Probe:
 
     @property
     def key(self) -> str:
-        text = json.dumps([CACHE_VERSION, self.kind, self.command, list(self.env)])
+        """What the cache keys an outcome on: what runs, not the harness around it (the prelude)."""
+        text = json.dumps([CACHE_VERSION, self.kind, self.command.replace(_prelude(), ""), list(self.env)])
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
@@ -205,6 +206,8 @@ def _prelude() -> str:
         'tree=$PWD && tmp=$(mktemp -d) && echo "' + PATHS_MARK + 'tree=$tree tmp=$tmp" >&2 && '
         'export PYTHONPATH="$tree/src:$tree${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg '
         "GAGAR_TREE=$tree PYTHONDONTWRITEBYTECODE=1 && "
+        # A host whose interpreter is only python3 (the local backend's Debian) runs the same commands.
+        '{ command -v python >/dev/null 2>&1 || python() { python3 "$@"; }; } && '
     )
 
 
@@ -251,7 +254,10 @@ def test_files(view: GradingView, candidates: Sequence[str]) -> list[str]:
     Returns:
         At most `MAX_TEST_FILES` tree-relative paths that exist in base, in that order of preference.
     """
-    named = [t for t in shlex.split(view.task.test_command or "") if t.endswith(".py")]
+    try:
+        named = [t for t in shlex.split(view.task.test_command or "") if t.endswith(".py")]
+    except ValueError:
+        named = []
     touched: list[str] = []
     for tid in candidates:
         for patched in patches.parse(view.diff(tid)):
@@ -287,19 +293,21 @@ def test_probe(view: GradingView, candidates: Sequence[str]) -> Probe | None:
         The probe, run in the tree itself (the task's command expects it).
     """
     command = view.task.test_command or ""
-    tokens = shlex.split(command)
-    runner = []
-    for token in tokens:
-        if token.endswith(".py") or ("/" in token and not token.startswith("-")):
-            break
-        runner.append(token)
-    if not runner:
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        return None  # unbalanced quotes: not a command we can extend
+    named = [t for t in tokens if t.endswith(".py")]
+    # The runner is the command as the task wrote it, up to its first test file (an assignment such as
+    # PYTHONWARNINGS='...' keeps its quoting, which re-quoting each token would break).
+    cut = command.find(named[0]) if named else len(command)
+    runner = command[:cut].strip() if cut > 0 else ""
+    if not runner or runner.startswith("-"):
         return None
     files = test_files(view, candidates)
     if not files:
         return None
-    prefix = command[: command.index(runner[-1]) + len(runner[-1])]  # the runner as the task wrote it
-    line = _prelude() + f"{prefix} {' '.join(shlex.quote(f) for f in files)}"
+    line = _prelude() + f"{runner} {' '.join(shlex.quote(f) for f in files)}"
     return Probe("tests", "tests", line, (), TEST_TIMEOUT, f"tests: {', '.join(files)}")
 
 
