@@ -1,9 +1,12 @@
 """The heuristic grader, gagar's default: ranks passing candidates from signals read off the view.
 
-No model and no execution: each equivalence class of patches is scored on what a reviewer would object to in
-a fix that already passes the tests, and classes are ranked by total penalty (equal penalties tie). It sees
-hygiene, scope and public signatures, never correctness: two fixes that differ only in whether they are right
-tie. Weights, per unit:
+No model: each equivalence class of patches is scored on what a reviewer would object to in a fix that
+already passes the tests, and classes are ranked by total penalty (equal penalties tie). From the diffs it
+sees hygiene, scope and public signatures; where the task names an environment it also runs the candidates
+first (`grader.graders.evidence`: the statement's snippets and the relevant existing tests, on base and on
+each class) and reads correctness signals off what ran (`EVIDENCE_PENALTIES`, each counted over probes, at
+most 3: regressions, still_raises, unchanged, minority, new_crashes; argued in docs/heuristic-grader.md,
+weights tuned on swebench-lite's dev split only). Weights of the diff signals, per unit:
 
     existing tests weakened         3.0   lines of an existing test removed or changed, a skip or xfail added,
                                           or a test file deleted: the worst way to pass the tests. Tests

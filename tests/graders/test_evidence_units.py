@@ -199,3 +199,18 @@ def test_the_table_shows_every_target_and_the_clusters():
     assert render_table(Evidence("g", skipped="no environment")) == (
         "Execution evidence: not gathered (no environment)."
     )
+
+
+def test_timeouts_are_shown_but_read_by_no_signal():
+    evidence = _evidence()
+    evidence.outcomes["s1"]["wrong"] = Outcome("timeout", 124)
+    evidence.outcomes["s1"]["same"] = Outcome("timeout", 124)
+    signals = candidate_signals(evidence)
+    assert signals["same"]["unchanged"] == 0 and signals["same"]["new_crashes"] == 0
+    assert signals["wrong"]["minority"] == 0 and signals["wrong"]["regressions"] == 1
+    assert "timeout" in render_table(evidence)
+    evidence.outcomes["s1"]["base"] = Outcome("timeout", 124)
+    assert all(
+        s["still_raises"] == s["unchanged"] == s["minority"] == 0
+        for s in candidate_signals(evidence).values()
+    )

@@ -480,8 +480,8 @@ def gather(
                 if probe.kind == "tests":
                     limit = min(probe.timeout, max(30.0, 3 * base.seconds))
                 futures = {t: pool.submit(run, probe, t, limit) for t in candidates}
-                evidence.probes.append(probe)
                 evidence.outcomes[probe.name] = {BASE: base, **{t: f.result() for t, f in futures.items()}}
+                evidence.probes.append(probe)  # after its outcomes: a sandbox failure above leaves neither
                 done = time.monotonic() - started
                 say(
                     f"{view.group_id}: {probe.name} on {len(candidates) + 1} targets "

@@ -12,7 +12,10 @@ Per probe, the candidates are clustered by behaviour (status, exception type, no
 - `minority`: a statement probe on which the candidate changed behaviour but is outside the largest cluster of
   those that changed (a strict largest: a tie for largest says nothing). The vote of CodeT, MBR-exec and
   Agentless: right fixes tend to behave alike, wrong ones each differently;
-- `new_crashes`: a probe that ends on an exception (or a timeout) on the candidate and not on base.
+- `new_crashes`: a probe that ends on an exception on the candidate and not on base.
+
+Timeouts are shown in the table but read by no signal (see `candidate_signals`), and a probe that timed out
+on base compares nothing.
 """
 
 from __future__ import annotations
@@ -63,10 +66,15 @@ def candidate_signals(evidence: Evidence) -> dict[str, dict[str, Any]]:
         base = by_target.get(BASE)
         if base is None or base.status == "not-run":
             continue
-        ran = [c for c in evidence.candidates if c in by_target and by_target[c].status != "not-run"]
-        if probe.kind == "tests":
-            # A test run cut at its time limit says the machine was slow as often as that the fix hangs.
-            ran = [c for c in ran if by_target[c].status != "timeout"]
+        if base.status == "timeout":
+            continue  # what base does is unknown: nothing to compare with
+        # A run cut at its time limit is shown in the table, but no signal reads it: on a loaded machine it
+        # says as much about the machine as about the fix (a fix that hangs on every probe still shows).
+        ran = [
+            c
+            for c in evidence.candidates
+            if c in by_target and by_target[c].status not in ("not-run", "timeout")
+        ]
         for c in ran:
             outcome = by_target[c]
             if outcome.crashed and not base.crashed and not (probe.kind == "tests" and outcome.tests):
