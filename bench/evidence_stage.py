@@ -31,15 +31,17 @@ def main() -> None:
     parser.add_argument("--track", choices=("verification", "preference"), default="verification")
     parser.add_argument("--split", choices=("dev", "test"), default=None)
     parser.add_argument("--groups", type=int, default=4, help="at most this many groups (default 4)")
+    parser.add_argument("--group", action="append", default=[], help="only these groups (repeatable)")
     parser.add_argument("--budget", type=float, default=300.0, help="the stage's budget per group")
     parser.add_argument("--warm", action="store_true", help="use the user's outcome cache")
     args = parser.parse_args()
     bench = load_benchmark(prepared_root() / "swebench-lite" / args.track)
-    group_ids = bench.group_ids(args.split)[: args.groups]
+    group_ids = [g for g in bench.group_ids(args.split) if not args.group or g in args.group][: args.groups]
     rows = []
     with tempfile.TemporaryDirectory(prefix="gagar-bench-evidence-") as tmp:
         cache = OutcomeCache() if args.warm else OutcomeCache(Path(tmp))
         baseline = HeuristicGrader(evidence="off")
+        baseline.progress = None
         graded = HeuristicGrader(evidence_budget=args.budget)
         graded.outcome_cache, graded.progress = cache, None
         for group_id in group_ids:

@@ -58,6 +58,7 @@ from typing import Any
 from grader.graders import signatures
 from grader.graders.base import Grade
 from grader.graders.evidence import SIGNALS, Evidence, OutcomeCache, candidate_signals, gather, render_table
+from grader.graders.evidence.run import unbuilt_layer
 from grader.ranking.order import expand_classes
 from grader.util.terminal import printable_line
 from grader.workspace import patches
@@ -213,6 +214,9 @@ class HeuristicGrader:
             )
         if len(view.classes) < 2:
             return Evidence(view.group_id, skipped="one distinct candidate: nothing to compare")
+        unbuilt = unbuilt_layer(view, self.evidence_sandbox)
+        if unbuilt:
+            return Evidence(view.group_id, skipped=unbuilt)
 
         def opener() -> Any:
             from grader.sandbox.environments import open_task_sandbox

@@ -69,3 +69,22 @@ def test_a_statement_probe_separates_a_resolved_patch_from_an_unresolved_one(tmp
     with open_workspace(_group(), mirrors=mirrors) as workspace:
         again = grader.gather_evidence(workspace.view())
     assert again.ran == 0 and again.cached == evidence.ran
+
+
+def test_a_layer_not_built_yet_skips_the_stage_instead_of_building_it(repo, mirrors) -> None:
+    from grader.workspace.workspace import open_workspace as open_ws
+    from tests.conftest import FIX
+
+    group = repo.group({"a": (repo.patch(FIX), True), "b": (repo.patch({"README.md": "b\n"}), True)})
+    recipe = {"repo": "gagar-tests/evidence-never-built", "version": "0", "pip_packages": ["six==1.16.0"]}
+    group = group.model_copy(
+        update={"task": group.task.model_copy(update={"python": "3.9", "environment": recipe})}
+    )
+    grader = HeuristicGrader()
+    grader.progress = None
+    with open_ws(group, mirrors=mirrors) as workspace:
+        grade = grader.grade(workspace.view())
+    assert grade.details["evidence"]["skipped"] == (
+        "its environment layer gagar/env:gagar-tests__evidence-never-built-0-py3.9 is not built yet "
+        "(gagar env build GROUPS builds it)"
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from grader.graders.evidence.run import DEFAULT_BUDGET, Evidence, gather
+from grader.graders.evidence.run import DEFAULT_BUDGET, Evidence, gather, unbuilt_layer
 from grader.graders.evidence.signals import render_table
 from grader.workspace.view import BASE, GradingView
 
@@ -43,6 +43,9 @@ def opening_evidence(
     """
     if backend is None or not has_environment(view) or len(view.classes) < 2:
         return ""
+    unbuilt = unbuilt_layer(view, backend)
+    if unbuilt:
+        return f"Execution evidence: not gathered ({unbuilt})."
 
     def opener() -> object:
         from grader.sandbox.environments import open_task_sandbox

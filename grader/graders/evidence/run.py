@@ -311,6 +311,41 @@ def test_probe(view: GradingView, candidates: Sequence[str]) -> Probe | None:
     return Probe("tests", "tests", line, (), TEST_TIMEOUT, f"tests: {', '.join(files)}")
 
 
+def unbuilt_layer(view: GradingView, backend: str) -> str:
+    """Why the stage should not start here: the task's environment layer is not built yet, else "".
+
+    A layer build takes minutes (tens of them on a loaded machine) and would blow the stage's budget, so the
+    stage runs only in a layer that is already there: `gagar env build GROUPS` (or an earlier grading's
+    `run`) builds it. A task with its own image, or a backend that builds no layer, needs nothing.
+
+    Args:
+        view: the group.
+        backend: the sandbox backend.
+
+    Returns:
+        The reason to skip, naming the layer and the command that builds it; "" when the stage can start.
+    """
+    task = view.task
+    if backend != "docker" or task.image or not (task.python or task.environment):
+        return ""
+    from grader.sandbox.environments import environment_tag, spec_for_task
+    from grader.sandbox.interpreters import choose_interpreter
+
+    try:
+        spec = spec_for_task(task.repo, task.python, task.environment)
+        tag = environment_tag(spec, choose_interpreter(spec.python))
+        import docker
+
+        docker.from_env().images.get(tag)
+    except GagarError as exc:
+        return f"no environment layer for this task: {exc}"
+    except Exception as exc:  # noqa: BLE001 - not found, or no engine: either way the stage cannot start
+        if type(exc).__name__ == "ImageNotFound":
+            return f"its environment layer {tag} is not built yet (gagar env build GROUPS builds it)"
+        return f"no Docker engine to run it in: {exc}"
+    return ""
+
+
 def environment_key(view: GradingView) -> str:
     """What identifies the environment a probe runs in: the task's image, interpreter, recipe and setup."""
     task = view.task
