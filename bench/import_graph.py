@@ -102,6 +102,12 @@ FLOORS: list[tuple[str, list[str]]] = [
     (
         "graders",
         [
+            "graders.evidence",
+            "graders.evidence.snippets",
+            "graders.evidence.outcomes",
+            "graders.evidence.run",
+            "graders.evidence.signals",
+            "graders.evidence.opening",
             "graders.heuristic",
             "graders.llm.agent",
             "graders.llm.tools",

@@ -169,6 +169,11 @@ class HeuristicGrader:
 
     name = "heuristic"
     version = 7  # bump when a change alters rankings, so cached grades are not reused (7: execution evidence)
+    # Class-level defaults too: a subclass that does not call __init__ grades as the default does.
+    evidence = "auto"
+    evidence_budget = 300.0
+    evidence_sandbox = "docker"
+    outcome_cache: OutcomeCache | None = None
 
     def __init__(
         self, evidence: str = "auto", evidence_budget: float = 300.0, evidence_sandbox: str = "docker"
@@ -189,8 +194,7 @@ class HeuristicGrader:
         self.evidence_budget = float(evidence_budget)
         self.evidence_sandbox = evidence_sandbox
         self.progress: Callable[[str], None] | None = _stderr_progress
-        self.outcome_cache: OutcomeCache | None = None
-        """Where the stage keeps outcomes; None for the default under the data cache."""
+        self.outcome_cache = None  # where the stage keeps outcomes; None: the default under the data cache
 
     def fingerprint(self) -> str:
         """The name, the signal version and whether execution evidence is read: nothing else changes its
@@ -226,11 +230,13 @@ class HeuristicGrader:
             with view.resources.sandbox:
                 return open_task_sandbox(view, self.evidence_sandbox)
 
-        return gather(view, opener, self.evidence_budget, cache=self.outcome_cache, progress=self.progress)
+        progress = getattr(self, "progress", _stderr_progress)
+        return gather(view, opener, self.evidence_budget, cache=self.outcome_cache, progress=progress)
 
     def _say_skipped(self, evidence: Evidence) -> None:
-        if evidence.skipped and self.progress is not None:
-            self.progress(f"{evidence.group_id}: stage skipped: {evidence.skipped}")
+        progress = getattr(self, "progress", _stderr_progress)
+        if evidence.skipped and progress is not None:
+            progress(f"{evidence.group_id}: stage skipped: {evidence.skipped}")
 
     def grade(self, view: GradingView) -> Grade:
         candidates = [self._read(view, members[0]) for members in view.classes]
