@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from grader.errors import GradingFailed
 from grader.graders.llm.config import LLMConfig
 from grader.ranking.order import Ranking
+from grader.sandbox.base import BACKENDS
 from grader.util.registry import Registry
 from grader.workspace.view import GradingView
 
@@ -88,7 +89,15 @@ def register_grader(name: str, config: type | None = None) -> Callable[[Callable
 @dataclass
 class HeuristicConfig:
     """The built-in heuristic grader (the default): ranks passing candidates by hygiene and scope signals
-    read off the workspace, without a model or execution."""
+    read off the workspace and, where the task has an environment, by what running them showed (no model)."""
+
+    evidence: Literal["auto", "off"] = "auto"
+    """Run the candidates first (statement probes, existing tests) when the task names an environment
+    (image, python or recipe): auto; off reads the diffs only."""
+    evidence_budget: float = 300.0
+    """Seconds the evidence stage may take per group (wall time)."""
+    evidence_sandbox: str = field(default="docker", metadata={"choices": BACKENDS.names})
+    """The sandbox backend the evidence stage runs in (docker builds the task's environment)."""
 
 
 GRADERS.add("heuristic", "grader.graders.heuristic:HeuristicGrader", HeuristicConfig)

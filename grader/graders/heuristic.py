@@ -1,9 +1,12 @@
 """The heuristic grader, gagar's default: ranks passing candidates from signals read off the view.
 
-No model and no execution: each equivalence class of patches is scored on what a reviewer would object to in
-a fix that already passes the tests, and classes are ranked by total penalty (equal penalties tie). It sees
-hygiene, scope and public signatures, never correctness: two fixes that differ only in whether they are right
-tie. Weights, per unit:
+No model: each equivalence class of patches is scored on what a reviewer would object to in a fix that
+already passes the tests, and classes are ranked by total penalty (equal penalties tie). From the diffs it
+sees hygiene, scope and public signatures; where the task names an environment it also runs the candidates
+first (`grader.graders.evidence`: the statement's snippets and the relevant existing tests, on base and on
+each class) and reads correctness signals off what ran (`EVIDENCE_PENALTIES`, each counted over probes, at
+most 3: regressions, still_raises, unchanged, minority, new_crashes; argued in docs/heuristic-grader.md,
+weights tuned on swebench-lite's dev split only). Weights of the diff signals, per unit:
 
     existing tests weakened         3.0   lines of an existing test removed or changed, a skip or xfail added,
                                           or a test file deleted: the worst way to pass the tests. Tests
@@ -45,14 +48,19 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
 from grader.graders import signatures
 from grader.graders.base import Grade
+from grader.graders.evidence import SIGNALS, Evidence, OutcomeCache, candidate_signals, gather, render_table
+from grader.graders.evidence.run import unbuilt_layer
 from grader.ranking.order import expand_classes
+from grader.util.terminal import printable_line
 from grader.workspace import patches
 from grader.workspace.view import BASE, GradingView
 
@@ -68,6 +76,16 @@ PENALTIES = {
     "size": 0.5,
     "disagreement": 2.0,
 }
+EVIDENCE_PENALTIES = {
+    "regressions": 2.0,
+    "still_raises": 2.0,
+    "unchanged": 2.0,
+    "minority": 2.0,
+    "new_crashes": 2.0,
+}
+"""Per unit of each execution signal (`grader.graders.evidence.signals`), at most 3 units each. Tuned on
+swebench-lite's dev split only: 2.0 each is the smallest uniform weight that reaches the dev maximum
+(verification 0.778 -> 0.876; preference unchanged at 0.810); docs/benchmark.md, *Tuning the heuristic*."""
 LINE_SIGNAL_CAP = 3
 FILE_SIGNALS = ("test_files_modified", "leftover_files", "out_of_scope_files", "formatting_only_files")
 LINE_SIGNALS = ("debug_lines", "swallowed_exceptions", "commented_code_lines")
@@ -116,6 +134,13 @@ _RATIONALE = (
     ("commented_code_lines", "adds {} commented-out or dead line(s)"),
 )
 """Signal -> how a rationale says it, in the order rationales list them."""
+_EXECUTION_WORDS = {
+    "regressions": "breaks tests that pass on base",
+    "still_raises": "still raises the statement's exception",
+    "unchanged": "behaves as base where others changed",
+    "minority": "behaves unlike the most common fix",
+    "new_crashes": "crashes where base does not",
+}
 
 
 @dataclass
@@ -143,16 +168,83 @@ class HeuristicGrader:
     """Ranks classes of passing candidates by penalty; see the module docstring for the signals."""
 
     name = "heuristic"
-    version = 6  # bump when a change alters rankings, so cached grades are not reused (6: disagreement)
+    version = 7  # bump when a change alters rankings, so cached grades are not reused (7: execution evidence)
+    # Class-level defaults too: a subclass that does not call __init__ grades as the default does.
+    evidence = "auto"
+    evidence_budget = 300.0
+    evidence_sandbox = "docker"
+    outcome_cache: OutcomeCache | None = None
+
+    def __init__(
+        self, evidence: str = "auto", evidence_budget: float = 300.0, evidence_sandbox: str = "docker"
+    ) -> None:
+        """Args:
+            evidence: "auto" runs the evidence stage where the task names an environment; "off" never.
+            evidence_budget: seconds the stage may take per group.
+            evidence_sandbox: the sandbox backend it runs in.
+
+        Raises:
+            ValueError: an unknown `evidence` mode or a budget that is not positive.
+        """
+        if evidence not in ("auto", "off"):
+            raise ValueError(f"evidence must be 'auto' or 'off', not {evidence!r}")
+        if not evidence_budget > 0:
+            raise ValueError(f"evidence_budget must be positive, not {evidence_budget!r}")
+        self.evidence = evidence
+        self.evidence_budget = float(evidence_budget)
+        self.evidence_sandbox = evidence_sandbox
+        self.progress: Callable[[str], None] | None = _stderr_progress
+        self.outcome_cache = None  # where the stage keeps outcomes; None: the default under the data cache
 
     def fingerprint(self) -> str:
-        """The name and the signal version: nothing else changes its grades."""
-        return f"{self.name}:{self.version}"
+        """The name, the signal version and whether execution evidence is read: nothing else changes its
+        grades (the budget bounds the stage, it does not change a signal's meaning)."""
+        return f"{self.name}:{self.version}:evidence-{self.evidence}:{self.evidence_sandbox}"
+
+    def gather_evidence(self, view: GradingView) -> Evidence:
+        """Run the evidence stage on a group, or say why it was skipped.
+
+        Args:
+            view: the group.
+
+        Returns:
+            The evidence; `skipped` names the reason when nothing ran (evidence off, no environment, no
+            sandbox here). Never raises for a candidate's or a probe's behaviour.
+        """
+        task = view.task
+        if self.evidence == "off":
+            return Evidence(view.group_id, skipped="evidence is off")
+        if not (task.image or task.python or task.environment):
+            return Evidence(
+                view.group_id, skipped="the task names no environment (image, python or recipe) to run it in"
+            )
+        if len(view.classes) < 2:
+            return Evidence(view.group_id, skipped="one distinct candidate: nothing to compare")
+        unbuilt = unbuilt_layer(view, self.evidence_sandbox)
+        if unbuilt:
+            return Evidence(view.group_id, skipped=unbuilt)
+
+        def opener() -> Any:
+            from grader.sandbox.environments import open_task_sandbox
+
+            with view.resources.sandbox:
+                return open_task_sandbox(view, self.evidence_sandbox)
+
+        progress = getattr(self, "progress", _stderr_progress)
+        return gather(view, opener, self.evidence_budget, cache=self.outcome_cache, progress=progress)
+
+    def _say_skipped(self, evidence: Evidence) -> None:
+        progress = getattr(self, "progress", _stderr_progress)
+        if evidence.skipped and progress is not None:
+            progress(f"{evidence.group_id}: stage skipped: {evidence.skipped}")
 
     def grade(self, view: GradingView) -> Grade:
         candidates = [self._read(view, members[0]) for members in view.classes]
         if not candidates:
             return Grade(ranking=[])
+        evidence = self.gather_evidence(view)
+        self._say_skipped(evidence)
+        executed = candidate_signals(evidence)
         sizes = {c.representative: _sized_lines(c.parsed) for c in candidates}
         smallest = max(1, min(sizes.values()))
         agreement = _agreement(candidates)
@@ -173,6 +265,11 @@ class HeuristicGrader:
                 signals["agreement"] = round(agreement[c.representative], 3)
                 signals["agreement_gap"] = round(max(agreement.values()) - agreement[c.representative], 3)
                 penalty += PENALTIES["disagreement"] * signals["agreement_gap"]
+            ran = executed.get(c.representative)
+            if ran:
+                signals["execution"] = {name: ran[name] for name in SIGNALS if ran[name]}
+                signals["execution_probes"] = ran["probes"]
+                penalty += sum(EVIDENCE_PENALTIES[name] * min(LINE_SIGNAL_CAP, ran[name]) for name in SIGNALS)
             signals["penalty"] = round(penalty, 6)
             scored.append((signals["penalty"], c.representative, signals))
 
@@ -196,7 +293,10 @@ class HeuristicGrader:
                 )
                 rationales[member] = _rationale(signals)
         return Grade(
-            ranking=expand_classes(class_ranking, classes), rationales=rationales, signals=signals_by_id
+            ranking=expand_classes(class_ranking, classes),
+            rationales=rationales,
+            signals=signals_by_id,
+            details={"evidence": evidence.to_dict(), "evidence_table": render_table(evidence)},
         )
 
     def _read(self, view: GradingView, trajectory_id: str) -> _Candidate:
@@ -284,6 +384,11 @@ class HeuristicGrader:
         except FileNotFoundError:
             return False
         return bool(_DEBUG.search(text))
+
+
+def _stderr_progress(line: str) -> None:
+    """The evidence stage's progress, one line each on stderr (untrusted ids made printable)."""
+    print(f"[evidence] {printable_line(line)}", file=sys.stderr, flush=True)
 
 
 def _code_lines(parsed: Any, new_files: set[str]) -> frozenset[str]:
@@ -383,6 +488,9 @@ def _rationale(signals: dict[str, Any]) -> str:
             f"its change agrees {signals['agreement_gap']:g} less with the other candidates' than the most "
             "agreeing one's"
         )
+    for name in signals.get("execution", {}):
+        probes = ", ".join(signals.get("execution_probes", {}).get(name, [])[:3])
+        notes.append(f"{_EXECUTION_WORDS[name]} ({probes})" if probes else _EXECUTION_WORDS[name])
     if signals["size_ratio"] > 1:
         notes.append(f"{signals['size_ratio']:g}x the smallest candidate's changed lines")
     body = "; ".join(notes) if notes else "smallest candidate, nothing flagged"

@@ -266,3 +266,20 @@ def test_a_trailing_comment_does_not_make_the_same_code_disagree(
     assert signals["commented"]["agreement"] == signals["bare"]["agreement"] > signals["third"]["agreement"]
     assert signals["in-string"]["agreement"] < signals["bare"]["agreement"], signals
     assert ["bare", "commented"] in result.ranking, result.ranking
+
+
+def test_the_bundled_example_grades_in_seconds_and_says_the_evidence_stage_was_skipped(
+    mirrors: MirrorCache, capsys
+) -> None:
+    import time
+
+    (group,) = load_group_file(EXAMPLE_GROUP)
+    started = time.monotonic()
+    with open_workspace(group, mirrors=mirrors) as ws:
+        grade = HeuristicGrader().grade(ws)
+    assert time.monotonic() - started < 30
+    reason = "the task names no environment (image, python or recipe) to run it in"
+    assert grade.details["evidence"]["skipped"] == reason
+    assert grade.details["evidence_table"] == f"Execution evidence: not gathered ({reason})."
+    assert f"inventory-average-empty: stage skipped: {reason}" in capsys.readouterr().err
+    assert not any("execution" in signals for signals in grade.signals.values())

@@ -22,6 +22,8 @@ from typing import Any
 
 from grader.errors import GradingFailed
 from grader.graders.base import Grade
+from grader.graders.evidence.opening import opening_evidence
+from grader.graders.evidence.run import CACHE_VERSION as EVIDENCE_VERSION
 from grader.graders.llm.budgets import Budgets
 from grader.graders.llm.config import LLMConfig
 from grader.graders.llm.endpoint import Endpoint, Lesson
@@ -268,10 +270,14 @@ class LLMGrader:
                 f"the prompt file task.md cannot be filled in ({type(exc).__name__}: {exc}): it may name "
                 f"{known}, and a literal brace is written twice"
             ) from None
+        evidence = opening_evidence(view, toolbox.candidates.members, self.config.sandbox)
+        if evidence:  # what gagar already ran, so the model's turns go to what differs (issue 38)
+            task += "\n\n" + wrap(evidence, toolbox.markers)
         return [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
     def fingerprint(self) -> str:
-        """What changes this grader's grades: model, prompts, tools mode, sampling, budgets, sandbox."""
+        """What changes this grader's grades: model, prompts, tools mode, sampling, budgets, sandbox, the
+        evidence stage's version (its table opens the conversation)."""
         c = self.config
         prompts = hashlib.sha256(json.dumps(asdict(self.prompts), sort_keys=True).encode()).hexdigest()[:16]
         parts = [
@@ -286,6 +292,7 @@ class LLMGrader:
             str(c.sandbox),
             str(c.show_failing) + ("+may-fail" if c.candidates_may_fail else ""),
             json.dumps(asdict(c.budgets), sort_keys=True),
+            f"evidence-{EVIDENCE_VERSION}",  # the opening's evidence table: a new stage, new grades
         ]
         return "|".join(parts)
 
