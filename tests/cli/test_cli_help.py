@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.cli.examples import EXAMPLES, commands
 from grader.cli.commands import build_parser, main
+from grader.cli.examples import EXAMPLES, commands
 from grader.cli.options import config_from_args
 from grader.graders.llm.budgets import Budgets
 
