@@ -40,7 +40,7 @@ _GIT_ENV = safe_env(git_identity("t", "t@localhost", date="2024-01-01T00:00:00+0
 
 
 def run_gagar(
-    *args: str, timeout: float = 600, module: str = "grader.cli.main", env: dict[str, str] | None = None
+    *args: str, timeout: float = 600, module: str = "grader.cli", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The `gagar` command line (or another entry `module`), run as a new user would, from the repository
     root, its output a pipe."""

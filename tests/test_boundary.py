@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grader import Grade, GradingOptions, grade_groups, redistribute_advantages
-from grader.cli.main import build_parser
+from grader.cli.commands import build_parser
 from grader.errors import GagarError, UnknownName
 from grader.graders.base import GRADERS, get_grader
 from grader.groups.formats import load_group_file

@@ -55,7 +55,7 @@ def test_quick_start_prints_what_the_readme_shows(tmp_path: Path) -> None:
     shown = re.search(r"The first command prints[^\n]*\n\n```\n(.*?)```", readme, flags=re.S)
     assert shown, "the README's quick start output block is missing"
     proc = subprocess.run(
-        [sys.executable, "-m", "grader.cli.main", "grade", str(EXAMPLE_GROUP), "--out", "runs/example"],
+        [sys.executable, "-m", "grader.cli", "grade", str(EXAMPLE_GROUP), "--out", "runs/example"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

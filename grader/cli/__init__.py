@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from grader.util.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    "main": "grader.cli.main",
-    "build_parser": "grader.cli.main",
+    "main": "grader.cli.commands",
+    "build_parser": "grader.cli.commands",
 }
 
 if TYPE_CHECKING:
-    from grader.cli.main import build_parser, main
+    from grader.cli.commands import build_parser, main
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 

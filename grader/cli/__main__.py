@@ -2,7 +2,7 @@
 
 import sys
 
-from grader.cli.main import main
+from grader.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

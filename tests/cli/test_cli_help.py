@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.cli.commands import build_parser, main
 from grader.cli.examples import EXAMPLES, commands
-from grader.cli.main import build_parser, main
 from grader.cli.options import config_from_args
 from grader.graders.llm.budgets import Budgets
 
@@ -149,3 +149,12 @@ def test_distill_refuses_a_teacher_that_cannot_call_tools_natively(tmp_path: Pat
     for extra in (["--tool-mode", "text"], ["--tool-mode", "text", "--structured"]):
         with pytest.raises(ValueError, match="takes --tool-mode native only"):
             teacher_options(build_parser().parse_args([*argv, *extra]))
+
+
+def test_grader_cli_main_is_the_command_function_whatever_was_imported_first() -> None:
+    # `grader.cli` was a module whose `main` a user's script may import. Its package keeps that name; the
+    # commands' module is not called `main`, which once imported would shadow the function on the package.
+    import grader.cli.commands
+    from grader.cli import main
+
+    assert main is grader.cli.commands.main

@@ -143,7 +143,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, sandbox_images: None) -> Home
     bin_dir = root / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "gagar"
-    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m grader.cli.main "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m grader.cli.commands "$@"\n')
     shim.chmod(0o755)
     if SOURCES.is_dir():
         for owner in SOURCES.iterdir():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.cli.main import build_parser, cmd_grade
+from grader.cli.commands import build_parser, cmd_grade
 from grader.evaluation import cli as evaluation_cli
 from tests.conftest import EXAMPLE_GROUP, REPO_ROOT, run_gagar
 

@@ -142,7 +142,7 @@ def test_resume_after_kill_gives_the_same_files(tmp_path: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "secret").write_text(SECRET)
         return [
-            sys.executable, "-m", "grader.cli.main", "distill", str(inputs), "--reference", str(reference),
+            sys.executable, "-m", "grader.cli", "distill", str(inputs), "--reference", str(reference),
             "--model", "scripted", "--base-url", url, "--out", str(out), "--samples", "8", "--workers", "2",
             "--augment", "1", "--eval-fraction", "0.5", "--no-default-benchmarks", *TEACHER_OPTIONS,
         ]  # fmt: skip
@@ -232,7 +232,7 @@ def test_unwritable_output_is_an_error_before_any_teacher_call(tmp_path: Path) -
                 blocker / "out",
             )
         cli = subprocess.run(
-            [sys.executable, "-m", "grader.cli.main", "distill", str(inputs), "--reference", str(reference),
+            [sys.executable, "-m", "grader.cli", "distill", str(inputs), "--reference", str(reference),
              "--model", "scripted", "--base-url", server.url, "--out", str(blocker / "out")],
             cwd=REPO_ROOT, capture_output=True, text=True,
         )  # fmt: skip
@@ -252,7 +252,7 @@ def test_the_bundled_benchmark_is_refused_by_task(tmp_path: Path) -> None:
     # examples/degraded and examples/benchmark-tiny come from the same bundled task, under other group ids.
     with ScriptedServer(teacher) as server:
         cli = subprocess.run(
-            [sys.executable, "-m", "grader.cli.main", "distill", "examples/degraded/groups.jsonl",
+            [sys.executable, "-m", "grader.cli", "distill", "examples/degraded/groups.jsonl",
              "--reference", "examples/degraded/reference.json", "--model", "scripted",
              "--base-url", server.url, "--out", str(tmp_path / "out"), "--no-default-benchmarks",
              "--benchmark", "examples/benchmark-tiny"],

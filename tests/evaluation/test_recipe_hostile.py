@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from grader.cli.main import main
+from grader.cli.commands import main
 from grader.errors import GitError
 from grader.evaluation.prepare import (
     NotPrepared,

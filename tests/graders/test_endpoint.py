@@ -208,7 +208,7 @@ def test_the_sdk_is_imported_with_the_first_endpoint_not_with_the_cli() -> None:
     """Every `gagar` command imports the LLM grader; the SDK's import takes seconds (its types), so it waits
     for an endpoint to be made."""
     loaded = "print(sorted(m for m in ('openai', 'httpx2') if m in sys.modules))"
-    script = f"import sys, grader.cli.main, grader.graders.llm.agent\n{loaded}\n"
+    script = f"import sys, grader.cli.commands, grader.graders.llm.agent\n{loaded}\n"
     script += f"grader.graders.llm.agent.LLMGrader('m')\n{loaded}"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:2] == ["[]", "['httpx2', 'openai']"]

@@ -153,10 +153,10 @@ def test_many_groups_list_failures_first_and_cut(tmp_path: Path, llm_run: Path) 
 def test_gagar_itself_has_the_inspect_commands(heuristic_run: Path) -> None:
     def gagar(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "grader.cli.main", *args], cwd=REPO_ROOT, capture_output=True, text=True
+            [sys.executable, "-m", "grader.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True
         )
 
     if "invalid choice: 'show'" in gagar("show", "--help").stderr:
-        pytest.skip("grader/cli/main.py does not call grader.inspect.cli.register yet")
+        pytest.skip("grader/cli/commands.py does not call grader.inspect.cli.register yet")
     proc = gagar("show", str(heuristic_run))
     assert proc.returncode == 0 and "groups: 1 (1 graded" in proc.stdout

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from grader.cli.main import main
+from grader.cli.commands import main
 from grader.redistribution import redistribute
 from grader.redistribution.simulate import (
     SimulationConfig,
@@ -158,7 +158,7 @@ def test_without_matplotlib_the_cli_writes_the_table_and_data_and_says_the_plot_
     # A fresh interpreter where `import matplotlib` fails, whether or not it is installed here.
     out = tmp_path / "sim"
     blocked = (
-        "import sys; sys.modules['matplotlib'] = None; from grader.cli.main import main; "
+        "import sys; sys.modules['matplotlib'] = None; from grader.cli.commands import main; "
         f"sys.exit(main(['simulate', '--out', {str(out)!r}, '--steps', '10', '--seeds', '1']))"
     )
     proc = subprocess.run(

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from grader.cli.main import build_parser
+from grader.cli.commands import build_parser
 from grader.cli.options import config_from_args
 from grader.errors import UnknownName
 from grader.graders.llm.config import LLMConfig

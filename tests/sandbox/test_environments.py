@@ -289,7 +289,7 @@ def _group_file(tmp_path: Path, name: str, tasks: list[dict]) -> Path:
 
 
 def test_env_build_cli_builds_each_layer_once_and_reports_failures(small_env, tmp_path, capsys) -> None:
-    from grader.cli.main import main
+    from grader.cli.commands import main
 
     missing = {
         "repo": "gagar-tests/missing",
@@ -345,7 +345,7 @@ def test_layer_resolves_unpinned_requirements_as_of_its_date(tmp_path) -> None:
 def test_sandbox_exec_cli_runs_in_the_task_layer(small_env, tmp_path, capsys) -> None:
     import json
 
-    from grader.cli.main import main
+    from grader.cli.commands import main
 
     path = _group_file(tmp_path, "one.jsonl", [{"python": "3.9", "environment": SMALL_RECIPE}])
     code = main(

@@ -50,7 +50,7 @@ def test_serve_starts_a_server_that_answers_prints_its_url_and_stops_on_ctrl_c(
         [
             sys.executable,
             "-m",
-            "grader.cli.main",
+            "grader.cli",
             "serve",
             "--port",
             str(port),
@@ -178,7 +178,7 @@ def test_serve_on_port_0_serves_on_a_free_port_and_says_which(
         [
             sys.executable,
             "-m",
-            "grader.cli.main",
+            "grader.cli",
             "serve",
             "--port",
             "0",

@@ -95,7 +95,7 @@ def heuristic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     def build(run: Path) -> None:
         env = {**os.environ, "GAGAR_CACHE": str(_cache(tmp_path_factory))}
         proc = subprocess.run(
-            [sys.executable, "-m", "grader.cli.main", "grade", str(EXAMPLE_GROUP), "--out", str(run)],
+            [sys.executable, "-m", "grader.cli", "grade", str(EXAMPLE_GROUP), "--out", str(run)],
             cwd=REPO_ROOT,
             env=env,
             capture_output=True,

@@ -28,7 +28,7 @@ def _grade(out: Path, cache: Path, file_size_limit: int | None = None) -> subpro
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
     return subprocess.run(
-        [sys.executable, "-m", "grader.cli.main", "grade", str(EXAMPLE_GROUP), "--out", str(out)],
+        [sys.executable, "-m", "grader.cli", "grade", str(EXAMPLE_GROUP), "--out", str(out)],
         cwd=REPO_ROOT,
         env={**os.environ, "GAGAR_CACHE": str(cache)},
         capture_output=True,
