@@ -9,8 +9,18 @@ import pkgutil
 import grader
 from grader.errors import GagarError
 
-# Control flow that never leaves its module: `exactapply` declines a patch and the workspace hands it to git.
-INTERNAL = {"grader.workspace.exactapply.Declined"}
+# Control flow that never leaves its package: `exactapply` declines a patch and the workspace hands it to git;
+# one exchange with an endpoint fails (`Failure` and its kinds, a reply without choices) and the endpoint
+# retries, adapts, or raises `EndpointFailed` with the reason.
+INTERNAL = {
+    "grader.workspace.exactapply.Declined",
+    "grader.graders.llm.completions.NoChoices",
+    *(
+        f"grader.graders.llm.failures.{name}"
+        for name in ("Failure", "StatusFailure", "ConnectionFailure", "Malformed", "NoChoicesFailure")
+        + ("Timeout",)
+    ),
+}
 
 
 def _gagar_exceptions() -> dict[str, type[BaseException]]:

@@ -52,7 +52,8 @@ def test_a_rerun_stopped_by_a_full_disk_leaves_the_previous_results_whole(tmp_pa
 
     assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
     named = f"File too large (writing {out / 'results.jsonl'}; its previous content is kept)"
-    assert second.stderr.startswith("error: ") and named in second.stderr
+    errors = [line for line in second.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and named in errors[0], second.stderr
     after = {name: (out / name).read_bytes() for name in before}
     assert after == before
     for line in after["results.jsonl"].decode().splitlines():
