@@ -15,6 +15,10 @@ The format is written down in docs/benchmark.md. A benchmark is a folder:
 `load_benchmark` reads and checks all of it and raises one `BenchmarkError` listing every problem, each
 naming the file, the group and the pair. `find_benchmark` resolves a name: a folder, else
 `$GAGAR_BENCHMARKS`, ./benchmarks, the repository's benchmarks/ and ../shared/benchmarks beside it.
+
+Over 600 lines as one idea: reading a benchmark folder and checking every file against the others (a
+reference against its group, a probe against its pair, the split against both), so one `BenchmarkError`
+can list every problem; the reference model and its credit are apart, in grader.ranking.
 """
 
 from __future__ import annotations

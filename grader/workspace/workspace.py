@@ -5,6 +5,10 @@ and date, without a working tree, so the cost grows with the patch and not with 
 borrows objects from a cached mirror (alternates) and has no remotes or tags; its only refs are `base`, one
 branch per passing trajectory (`refs/heads/candidates/...`) and one ref per failing trajectory
 (`refs/failing/...`). It knows nothing of graders or sandboxes: it answers questions about trees and diffs.
+
+Over 600 lines as one idea: building the branches and answering questions about them share one object
+store and the base's index (each patch's own index starts as a copy of it); patch parsing, in-process
+applying, mirrors and the read-only view are apart (grader.workspace.patches, .exactapply, .mirrors, .view).
 """
 
 from __future__ import annotations
