@@ -200,7 +200,8 @@ def build_environment(
         )
         (context / "Dockerfile").write_text(dockerfile)
         digest = _context_digest(context, base_id, requirements)
-        with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
+        lock = cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"
+        with file_lock(lock, waiting=lambda: log.info("another process is building %s: waiting for it", tag)):
             if not force and image_hash(client, tag) == digest:
                 return EnvironmentImage(
                     tag,

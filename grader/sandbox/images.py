@@ -99,7 +99,10 @@ def build_images(
     cache = _cache_root(cache_dir)
     # Two sessions building at once would both debootstrap the same bases: the second waits, then finds
     # them up to date.
-    with file_lock(cache / "images.lock"):
+    with file_lock(
+        cache / "images.lock",
+        waiting=lambda: log.info("another process is building the sandbox images: waiting for it"),
+    ):
         return _build_images(client, specs, offline, mirror, suite, cache, force, install_debootstrap)
 
 
@@ -372,7 +375,8 @@ def build_interpreter_image(
         repr(("minbase", interpreter.suite, mirror, INTERPRETER_PACKAGES)).encode()
     ).hexdigest()[:16]
     started = time.monotonic()
-    with file_lock(cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"):
+    lock = cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"
+    with file_lock(lock, waiting=lambda: log.info("another process is building %s: waiting for it", tag)):
         if not force and image_hash(client, tag) == digest:
             return BuiltImage(tag, digest, built=False, seconds=time.monotonic() - started)
         _ensure_debootstrap(install_debootstrap)

@@ -183,7 +183,10 @@ def ensure_binary() -> Path:
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
             raise BuildUnavailable(f"no {tool} on PATH to build llama-server (pip install cmake ninja)")
-    with file_lock(target.parent.parent / f"{binary_key()}.lock"):
+    lock = target.parent.parent / f"{binary_key()}.lock"
+    with file_lock(
+        lock, waiting=lambda: log.info("another process is building llama-server (%s): waiting for it", lock)
+    ):
         if target.exists():  # another process built it while this one waited
             return target
         started = time.monotonic()

@@ -95,7 +95,11 @@ def ensure_package() -> Path:
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
             raise BuildUnavailable(f"no {tool} on PATH to build llama-cpp-python (pip install cmake ninja)")
-    with file_lock(home.parent / f"{wheel_key()}.lock"):
+    lock = home.parent / f"{wheel_key()}.lock"
+    with file_lock(
+        lock,
+        waiting=lambda: log.info("another process is building llama-cpp-python (%s): waiting for it", lock),
+    ):
         if (site / "llama_cpp").is_dir():  # another process built it while this one waited
             return site
         started = time.monotonic()
