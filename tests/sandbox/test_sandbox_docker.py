@@ -306,7 +306,8 @@ def test_a_container_ends_by_itself_within_its_lifetime(tmp_path) -> None:
 
 def test_a_sandbox_outliving_its_container_starts_a_new_one(trees) -> None:
     limits = Limits(timeout=1, kill_after=0.5, watchdog_grace=0.5, lifetime=9)
-    with open_sandbox(trees, limits=limits, setup="echo built > built.txt") as sb:
+    # One slot, so `container_id` (the first slot's) is the container A's commands run in.
+    with open_sandbox(trees, limits=limits, setup="echo built > built.txt", slots=1) as sb:
         assert sb.exec("A", "cat a_only.txt built.txt").stdout == "A\nbuilt\n"
         first = sb.container_id
         time.sleep(2.5)  # now a 1 s command could outlive the first container
