@@ -1040,6 +1040,29 @@ def test_the_system_prompt_states_what_is_known_of_the_candidates_tests(may_fail
         assert "not known" not in system
 
 
+def test_the_opening_evidence_stage_has_its_own_line_in_the_usage_and_is_not_the_wall_budget_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The evidence stage runs the candidates before the first turn, under its own budget: a 2 s stage under a
+    1.5 s wall budget leaves the model its turns, and the usage says how long the stage took."""
+
+    def stage(*args: Any, **kwargs: Any) -> str:
+        time.sleep(2.0)
+        return "Execution evidence: 1 probe, every candidate as base."
+
+    monkeypatch.setattr("grader.graders.llm.agent.opening_evidence", stage)
+    seen: list[str] = []
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        seen.append(request["messages"][1]["content"])
+        return submit([labels_in(request)])
+
+    result, _ = grade_with(policy, tmp_path=tmp_path, budgets=Budgets(wall_seconds=1.5, retries=0))
+    assert result.status == "graded", result.reason
+    assert "final_turn" not in result.details
+    assert result.usage["evidence_seconds"] >= 2 and "Execution evidence: 1 probe" in seen[0]
+
+
 def test_run_time_is_not_the_wall_budget_s_and_has_its_own_line_in_the_usage(tmp_path: Path) -> None:
     """A 4 s `run` under a 3 s wall budget: the model's side took far less, so the grading goes on to its
     ranking; the sandbox's time is its own line in the usage, as `gagar show` prints it."""

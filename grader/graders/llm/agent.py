@@ -215,7 +215,11 @@ class LLMGrader:
         for tid, hits in flags.items():
             transcript.event("flag", flag="injection", trajectory=tid, lines=hits)
         native = self.config.tool_mode == "native"
+        opened = time.monotonic()
         messages = self._opening(toolbox, candidates.order, view, native)
+        # Before the clock starts: the stage runs the candidates in the sandbox under its own budget, and
+        # the usage shows what it took beside `run`'s seconds.
+        usage.evidence_seconds = round(time.monotonic() - opened)
         for message in messages:
             transcript.event("message", role=message["role"], content=message["content"])
         state = LoopState(messages, candidates.order, usage, details, began=time.monotonic())

@@ -79,6 +79,7 @@ class Usage(Traffic):
     tool_output_chars: int = 0
     sandbox_seconds: int = 0  # in `run`'s commands (Budgets.sandbox_seconds), rounded
     environment_seconds: int = 0  # opening the sandbox: building or finding the task's environment
+    evidence_seconds: int = 0  # the evidence stage before the first turn (its own budget, not the wall's)
 
     @property
     def total_tokens(self) -> int:
