@@ -262,3 +262,24 @@ def test_a_learnt_context_limit_is_named_in_the_gradings_it_cuts_short_and_forgo
             "cause": "a reply to a request of 5,020 tokens",
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("timings", "expected"),
+    [
+        ({"prompt_n": 8000, "prompt_ms": 4000.0}, 0.0005),
+        ({"prompt_n": 100, "prompt_ms": 4000.0}, None),  # too few tokens to time
+        ({"prompt_n": 8000, "prompt_ms": float("nan")}, None),
+        ({"prompt_n": 8000, "prompt_ms": -1}, None),
+        ({"prompt_n": float("inf"), "prompt_ms": 1}, None),
+        ({"prompt_n": True, "prompt_ms": 1}, None),
+        ({"prompt_n": "8000", "prompt_ms": "4000"}, None),
+        ({}, None),
+        (None, None),
+        ("timings", None),
+    ],
+)
+def test_prompt_speed_is_read_from_plausible_timings_only(timings: object, expected: float | None) -> None:
+    from grader.graders.llm.completions import prompt_token_seconds_of
+
+    assert prompt_token_seconds_of(timings) == expected

@@ -555,6 +555,31 @@ def test_a_final_turn_comes_before_the_wall_budget_runs_out(tmp_path: Path) -> N
     assert submitted["final"] == "wall-time budget"
 
 
+@pytest.mark.parametrize("timed", [True, False], ids=["server-timings", "no-timings"])
+def test_the_final_turn_leaves_room_for_the_server_to_read_the_conversation_again(timed: bool) -> None:
+    """The final turn offers submit_ranking alone, so a llama.cpp server reads the whole conversation again
+    (its cached prefix starts with the tool list). Where the server's timings say that takes 8 s (16,000
+    tokens at 0.5 ms) and 6 s are left, the second turn is the final one; without timings the fast turns
+    alone decide, and the second turn is an ordinary one."""
+
+    def policy(request: dict[str, Any], n: int) -> Reply:
+        if len(request["tools"]) == 1:
+            return submit([labels_in(request)])
+        reply = fresh_call(n)
+        reply.body["usage"] = {"prompt_tokens": 8000, "completion_tokens": 20, "total_tokens": 8020}
+        if timed:
+            reply.body["timings"] = {"prompt_n": 8000, "prompt_ms": 4000.0, "cache_n": 0}
+        return reply
+
+    budgets = Budgets(turns=3, retries=0, wall_seconds=6.0, tokens=10**6)
+    result, requests = grade_with(policy, budgets=budgets, stream=False)
+    assert result.status == "graded", result.reason
+    if timed:
+        assert result.details["final_turn"] == {"turn": 2, "why": "wall-time budget"}
+    else:
+        assert result.details["final_turn"] == {"turn": 3, "why": "turn budget"}
+
+
 def test_a_final_turn_comes_before_the_token_budget_runs_out() -> None:
     """The next turn would cost the conversation again plus a reply: when two of those no longer fit the
     token budget, this turn is the final one."""

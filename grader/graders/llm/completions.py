@@ -34,6 +34,9 @@ class Reply:
     finish_reason: str
     usage: dict[str, Any] | None
     cached_tokens: int = 0
+    prompt_token_seconds: float | None = None
+    """Seconds the server took per prompt token it processed (not served from its cache), where it reports
+    its timings (llama.cpp's `timings.prompt_ms` and `prompt_n`); None elsewhere."""
 
     @property
     def context_tokens(self) -> int | None:
@@ -87,6 +90,17 @@ def cached_tokens_of(usage: dict[str, Any] | None, timings: Any) -> int:
         cached = field_of(plain(timings), "cache_n")
     finite = isinstance(cached, int) or (isinstance(cached, float) and math.isfinite(cached))
     return int(cached) if finite else 0
+
+
+def prompt_token_seconds_of(timings: Any) -> float | None:
+    """Seconds per processed prompt token from llama.cpp's `timings` (`prompt_ms` over `prompt_n`), or None
+    where they are missing, not finite, or too few tokens were processed to time (under 256)."""
+    timings = plain(timings)
+    milliseconds, processed = field_of(timings, "prompt_ms"), field_of(timings, "prompt_n")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (milliseconds, processed))
+    if not numbers or not math.isfinite(milliseconds) or not 256 <= processed < math.inf or milliseconds < 0:
+        return None
+    return milliseconds / 1000 / processed
 
 
 def text_of(value: Any) -> str | None:
@@ -147,6 +161,7 @@ def reply_of_completion(completion: Any) -> Reply:
         finish_reason=str(field_of(choice, "finish_reason") or "stop"),
         usage=usage,
         cached_tokens=cached_tokens_of(usage, field_of(completion, "timings")),
+        prompt_token_seconds=prompt_token_seconds_of(field_of(completion, "timings")),
     )
 
 
@@ -218,4 +233,5 @@ class StreamAssembly:
             finish_reason=str(self.finish or "stop"),
             usage=self.usage,
             cached_tokens=cached_tokens_of(self.usage, self.timings),
+            prompt_token_seconds=prompt_token_seconds_of(self.timings),
         )

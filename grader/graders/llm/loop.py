@@ -124,6 +124,10 @@ class LoopState:
     """Prompt tokens of the latest request: the least the next one costs."""
     growth: int = 0
     """What the latest turn added to the prompt: about what the next one adds."""
+    prompt_token_seconds: float = 0.0
+    """The slowest a server processed a prompt token not in its cache, where it reports timings (0 else). The
+    final turn offers submit_ranking alone, so the tool list at the head of the prompt changes and the server
+    reads the whole conversation again: on a small CPU server that alone can take longer than a turn."""
     turn_began: float | None = None
     off_at_turn: float = 0.0
     """`AgentLoop.off_the_clock` when the turn began."""
@@ -255,7 +259,8 @@ class AgentLoop:
         """Which budget makes this turn the last one that surely fits, if one does: the turns; the tokens
         (another turn costs at least the conversation again plus a reply); the model's context, once an
         overflow on this endpoint named it (two more turns like the last one and a reply would not fit);
-        the wall time (less than two of the slowest turns so far left)."""
+        the wall time (less than two of the slowest turns so far left, or less than one and the final turn's
+        reading of the whole conversation again, where the server's timings tell its speed)."""
         budgets, state = self.budgets, self.state
         if state.turn >= budgets.turns:
             return "turn budget"
@@ -264,8 +269,10 @@ class AgentLoop:
         context = self.endpoint.context_tokens
         if context is not None and state.last_prompt + 2 * state.growth + budgets.max_output_tokens > context:
             return CONTEXT
-        if state.slowest > 0 and seconds_left < 2 * state.slowest:
-            return "wall-time budget"
+        if state.slowest > 0:
+            rereading = state.prompt_token_seconds * (state.last_prompt + state.growth)
+            if seconds_left < state.slowest + max(state.slowest, rereading):
+                return "wall-time budget"
         return None
 
     def check_budgets(self) -> None:
@@ -365,6 +372,8 @@ class AgentLoop:
         """Add a reply's tokens to the usage: as the server reported them, else estimated from the text
         (some servers omit usage), so the token budget still binds."""
         usage, reported = self.state.usage, reply.usage
+        if reply.prompt_token_seconds is not None:
+            self.state.prompt_token_seconds = max(self.state.prompt_token_seconds, reply.prompt_token_seconds)
         if reported is not None:
             usage.prompt_tokens += reported.get("prompt_tokens") or 0
             usage.completion_tokens += reported.get("completion_tokens") or 0
