@@ -257,6 +257,9 @@ def free_port() -> int:
 def port_taken(port: int) -> bool:
     """Whether something listens on 127.0.0.1:`port` now (binding it fails)."""
     with socket.socket() as probe:
+        # As the servers bind: connections of a server just stopped, left in TIME_WAIT, do not hold the port
+        # (without this a server restarted on its own port was refused as "taken").
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:

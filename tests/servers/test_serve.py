@@ -214,3 +214,21 @@ def test_a_model_copy_cut_short_is_assembled_again(tmp_path: Path, monkeypatch: 
         cut.truncate(whole // 3)
     assert ensure_model() == first and first.stat().st_size == whole
     assert not list(first.parent.glob("*.partial"))
+
+
+def test_a_port_is_taken_while_a_program_listens_not_while_its_old_connections_wait() -> None:
+    """A server restarted on its own port: the connections the stopped one closed wait in TIME_WAIT, which
+    does not stop a server from binding (they bind with SO_REUSEADDR), so the port is not called taken."""
+    from grader.servers.llamacpp import port_taken
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    assert port_taken(port)
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = listener.accept()
+    accepted.close()  # the server side closes first: its end of the connection waits in TIME_WAIT
+    client.close()
+    listener.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # what the check did before: "taken"
+    assert not port_taken(port)
