@@ -17,7 +17,6 @@ was missed (full runs only).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
 import shutil
@@ -36,8 +35,9 @@ if __package__ in (None, ""):  # run as `python bench/workspace.py`: make the re
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from grader.groups.models import Group, Task, Trajectory, complete_group  # noqa: E402
+from grader.util.cachedirs import data_cache  # noqa: E402
 from grader.workspace.gitcmd import SAFE_CONFIG, git_identity, safe_env  # noqa: E402
-from grader.workspace.mirrors import ENV_CACHE_DIR, MirrorCache  # noqa: E402
+from grader.workspace.mirrors import MirrorCache  # noqa: E402
 from grader.workspace.workspace import open_workspace  # noqa: E402
 
 DJANGO_VERSION = "5.1.15"  # pinned so file counts and patches are the same on every machine and every day
@@ -86,10 +86,7 @@ class SourceRepo:
 
 def default_cache_dir() -> Path:
     """Outside the repository and reused across runs: `$GAGAR_CACHE/bench` or `~/.cache/gagar/bench`."""
-    if root := os.environ.get(ENV_CACHE_DIR):
-        return Path(root) / "bench"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "gagar" / "bench"
+    return data_cache() / "bench"
 
 
 def fetch_sdist(cache: Path, version: str) -> Path:
