@@ -114,6 +114,9 @@ class Home:
                 "server=$!",
                 f"{python} -m tests.support.wait_port {port.group(1) if port else 8080} 900 --models",
                 "probe=$?",
+                # The server answers a moment before `gagar serve` has seen it ready and said so: Ctrl-C once
+                # it has (else the line the example promises may never be printed), waiting 60 s at most.
+                "for _ in $(seq 300); do grep -q ' serving ' serve.out && break; sleep 0.2; done",
                 "kill -INT $server",
                 "wait $server",
                 'status=$?; cat serve.out; cat serve.err >&2; [ "$probe" = 0 ] && exit $status || exit 9',
