@@ -9,18 +9,30 @@ holding nothing of another's. Without capabilities there is no mount namespace t
 
 Layout inside a slot (root filesystem read-only, no network, no capabilities, no new privileges):
 - /pristine (tmpfs, root-owned, mode 711): each of the slot's targets' trees (and, after `setup`, its set-up
-  tree), written by root under an unguessable name; nobody else can list or write there.
-- /scratch (tmpfs, 1733): one private box (mode 700) per command: its tree `t`, `home`, `tmp` and `bin`.
+  tree), written by root under an unguessable name; nobody else can list or write there. A file a target
+  shares with an earlier one (same path, bytes and mode: a candidate shares nearly all of base's) is loaded
+  once and hard-linked, so loading 11 sympy trees moves one tree's bytes and a few changed files.
+- /scratch (tmpfs, 1733): one private box (mode 700) per target: its tree `t`, `home`, `tmp` and `bin`.
 - /tmp (tmpfs, 1777). A command's own leftovers in /scratch, /tmp and /dev/shm go when it ends.
 
-Every command runs under a uid used for nothing else in the container's life, in a fresh copy of its target's
-tree: the copy, the command (under `timeout -k`), the killing of everything the uid left running, and the
-removal of the box are all one `docker exec`. A host watchdog kills the uid's processes (then the container)
-should a command outlive its timeout. The source paths travel in the exec's environment, which other uids
-cannot read, and are unset before the command starts. A command starts at its tree's root; every PYTHONPATH
-entry it sees is absolute (the root first, then the image's entries, a relative one resolved against the
-root: the image's `src:.` means the tree from any directory), HOME and TMPDIR are in its box, and its
-`bin` (first on PATH) holds `tests` and `git` (see `base.helper_files`).
+Each target's commands run under a uid of its own (used for nothing else in the container's life), each in a
+tree equal to its target's pristine one: a fresh copy, or the tree the target's last command left when
+nothing in it changed (no entry's ctime, which no process can set back, is newer than that command's start;
+any write, removal, rename, mode or time change means a fresh copy). The copy or the check, the command
+(under `timeout -k`), the killing of everything the uid left running, and the tidying of the box are all
+one `docker exec`. So a command that only reads (a probe, most test runs) costs a `find` over the tree
+instead of a copy of it, and the next command on that target starts at once. Kept trees stay in /scratch,
+at most a quarter of it per slot (`_kept_trees`); a target over that gets a fresh copy each time. A host
+watchdog kills the uid's processes and removes its box (then the container) should a command outlive its
+timeout. The source paths travel in the exec's environment, which other uids cannot read, and are unset
+before the command starts. A command starts at its tree's root; every PYTHONPATH entry it sees is absolute
+(the root first, then the image's entries, a relative one resolved against the root: the image's `src:.`
+means the tree from any directory), HOME and TMPDIR are in its box (empty at each start), and its `bin`
+(first on PATH) holds `tests` and `git` (see `base.helper_files`).
+
+Bytecode: a tree's bytecode is written into its pristine copy before the slot's first command, for up to
+`_BYTECODE_WAIT` seconds a slot (and again after a target's setup), so a copy has it and importing writes
+nothing into a kept tree; what is left then goes on detached (see `bytecode`).
 
 Limits: `Limits.memory_bytes` and the CPU quota are each slot's; `Limits.pids` bounds each command
 (RLIMIT_NPROC per uid) and a slot gets four times that. `Limits.lifetime` bounds each container's life.
@@ -63,15 +75,35 @@ from grader.workspace.gitcmd import git_identity
 # least its own bound plus this margin left to live.
 _START_MARGIN = 5.0
 
-# Runs as the command's own uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: private box; $GAGAR_SETUP=1 leaves
+# Runs as the target's uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: the target's box; $GAGAR_SETUP=1 leaves
 # the resulting tree readable (not writable) by all, for root to adopt as the target's new pristine tree;
-# $GAGAR_TESTS, $GAGAR_GIT, $GAGAR_TEST_COMMAND: the box's bin/ (see base.helper_files).
+# $GAGAR_KEEP=1 keeps the tree in the box for the next command, which uses it only if nothing in it changed
+# since the command before started (ctime, which no process can set back, newer than the box's `.started`:
+# the sleep after touching it puts every later change at least one clock tick past it); a `find` or
+# `sleep` that cannot tell means a fresh copy. $GAGAR_TESTS, $GAGAR_GIT, $GAGAR_TEST_COMMAND: the box's
+# bin/ (see base.helper_files).
 _WRAPPER = r"""
-src=$GAGAR_SRC box=$GAGAR_BOX limit=$GAGAR_TIMEOUT grace=$GAGAR_KILL_AFTER keep=$GAGAR_SETUP
+src=$GAGAR_SRC box=$GAGAR_BOX limit=$GAGAR_TIMEOUT grace=$GAGAR_KILL_AFTER setup=$GAGAR_SETUP keep=$GAGAR_KEEP
 tests=$GAGAR_TESTS git=$GAGAR_GIT test_command=$GAGAR_TEST_COMMAND
-unset GAGAR_SRC GAGAR_BOX GAGAR_TIMEOUT GAGAR_KILL_AFTER GAGAR_SETUP GAGAR_TESTS GAGAR_GIT GAGAR_TEST_COMMAND
+unset GAGAR_SRC GAGAR_BOX GAGAR_TIMEOUT GAGAR_KILL_AFTER GAGAR_SETUP GAGAR_KEEP GAGAR_TESTS GAGAR_GIT
+unset GAGAR_TEST_COMMAND
 umask 077
-if ! mkdir -p "$box/home" "$box/tmp" "$box/bin" || ! cd "$src" || ! cp -R -p . "$box/t"; then
+kill -9 -1 2>/dev/null
+fresh=1
+if [ "$keep" = 1 ] && [ -d "$box/t" ] && [ -f "$box/.started" ] &&
+  changed=$(find "$box/t" -cnewer "$box/.started" -print -quit 2>/dev/null) && [ -z "$changed" ]; then
+  fresh=0
+fi
+if [ $fresh = 1 ]; then
+  rm -rf "$box"
+  if ! mkdir -p "$box" || ! cd "$src" || ! cp -R -p . "$box/t"; then
+    echo "gagar-sandbox: could not prepare a fresh tree" >&2
+    cd / && rm -rf "$box"
+    exit 125
+  fi
+fi
+rm -rf "$box/home" "$box/tmp" "$box/bin"
+if ! mkdir "$box/home" "$box/tmp" "$box/bin"; then
   echo "gagar-sandbox: could not prepare a fresh tree" >&2
   cd / && rm -rf "$box"
   exit 125
@@ -93,6 +125,9 @@ done
 IFS=$saved_ifs
 set +f
 export PYTHONPATH="$pythonpath" PATH="$box/bin:$PATH"
+if [ "$keep" = 1 ]; then
+  { touch "$box/.started" && sleep 0.01; } 2>/dev/null || { rm -f "$box/.started"; keep=0; }
+fi
 HOME=$box/home TMPDIR=$box/tmp timeout -k "$grace" "$limit" "$@"
 rc=$?
 cd /
@@ -100,9 +135,11 @@ kill -9 -1 2>/dev/null
 for f in /scratch/* /scratch/.[!.]* /tmp/* /tmp/.[!.]* /dev/shm/* /dev/shm/.[!.]*; do
   [ "$f" != "$box" ] && [ -O "$f" ] && rm -rf "$f"
 done
-if [ "$keep" = 1 ]; then
+if [ "$setup" = 1 ]; then
   rm -rf "$box/home" "$box/tmp" "$box/bin"
   chmod -R a+rX,go-w "$box/t" && chmod 711 "$box"
+elif [ "$keep" = 1 ]; then
+  rm -rf "$box/home" "$box/tmp" "$box/bin"
 else
   rm -rf "$box"
 fi
@@ -121,6 +158,10 @@ umask 022
 cp -R --preserve=mode,timestamps,links "$1" "$2" 2>/dev/null || { rm -rf "$2"; cp -R "$1" "$2"; }
 """
 
+# How long opening a slot (or setting up a target) waits for its trees' bytecode: the installed twin's code
+# takes about a second for a sympy tree, a candidate sharing most files with one done before a quarter of it.
+_BYTECODE_WAIT = 10.0
+
 # Commands run under a uid with no passwd entry: git would refuse to commit without an identity.
 _COMMAND_ENV = {**git_identity(), "LANG": "C.UTF-8"}
 
@@ -138,11 +179,15 @@ def docker_client() -> docker.DockerClient:
 class _Slot:
     """One container of a sandbox and what lives in it: its targets' trees, one command at a time."""
 
-    def __init__(self, index: int, targets: list[str], bundle: tuple[bytes, dict[str, str]]) -> None:
-        self.index, self.targets, self.bundle = index, targets, bundle
+    def __init__(self, index: int, targets: list[str], archives: dict[str, bytes], limits: Limits) -> None:
+        self.index, self.targets = index, targets
+        self.bundle = _bundle(archives)
+        self.keep = _kept_trees(archives, limits)  # targets whose tree is kept between commands
+        self.tree_bytes = sum(len(data) for data in archives.values())  # the trees, undeduplicated
         self.container: Any = None
         self.started = 0.0  # monotonic time just before the current container was asked for
         self.sources: dict[str, str] = {}  # target -> its pristine tree in the container
+        self.boxes: dict[str, tuple[int, str]] = {}  # target -> its uid and box in the current container
         self.retired: list[Any] = []  # aged-out containers: they end by themselves, or at close
         self.restart_lock = threading.Lock()
         self.one_at_a_time = threading.Lock()
@@ -203,9 +248,13 @@ class DockerSandbox(Sandbox):
             ) from exc
         count = min(len(self._targets), slots or default_slots(self.limits, len(self._targets)))
         dealt = [self._targets[i::count] for i in range(count)]
+        # `git archive` runs in its own process: a tree per core at once.
+        with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="sandbox-archive") as pool:
+            archives = dict(zip(self._targets, pool.map(trees.archive, self._targets), strict=True))
         self._slots = [
-            _Slot(i, names, _bundle({t: trees.archive(t) for t in names})) for i, names in enumerate(dealt)
+            _Slot(i, names, {t: archives[t] for t in names}, self.limits) for i, names in enumerate(dealt)
         ]
+        del archives
         self._slot_of = {t: slot for slot in self._slots for t in slot.targets}
         # uids never repeat within a container; a random base keeps two sandboxes' RLIMIT_NPROC counts apart.
         self._uid_base = 1_000_000 + secrets.randbelow(2_000) * 1_000_000
@@ -258,8 +307,9 @@ class DockerSandbox(Sandbox):
 
     def _start(self, slot: _Slot) -> None:
         lim = self.limits
-        # Trees and their set-up copies, with room for tmpfs rounding each small file up to a page.
-        pristine_size = len(slot.bundle[0]) * 4 + 64 * 1024**2
+        # Trees and their set-up copies (whole copies), with room for tmpfs rounding each small file up to a
+        # page; a limit, not an allocation.
+        pristine_size = slot.tree_bytes * 4 + 64 * 1024**2
         now = time.time()
         slot.started = time.monotonic()
         try:
@@ -301,6 +351,7 @@ class DockerSandbox(Sandbox):
         except docker.errors.DockerException as exc:
             raise SandboxError(f"could not start a container from {self.image!r}: {exc}") from exc
         slot.container = container
+        slot.boxes = {}
         self._load(slot, container)
 
     def _load(self, slot: _Slot, container: Any) -> None:
@@ -310,15 +361,23 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"could not load the trees into the container: {out[-2000:]!r}")
         slot.sources = {t: f"/pristine/{names[t]}" for t in slot.targets}
         if not self.setup:  # with a setup, the set-up trees get it instead (see `_adopt`)
+            deadline = time.monotonic() + _BYTECODE_WAIT
             for target in slot.targets:
-                self._adopt_bytecode(container, slot.sources[target])
+                self._adopt_bytecode(container, slot.sources[target], deadline)
 
-    def _adopt_bytecode(self, container: Any, tree: str) -> None:
-        """Start, detached and at the lowest priority, the writing of bytecode into the pristine `tree` from
-        the image's installed copy of its package (see `bytecode`): commands meanwhile just compile."""
+    def _adopt_bytecode(self, container: Any, tree: str, deadline: float) -> None:
+        """Write bytecode into the pristine `tree` from the image's installed copy of its package (see
+        `bytecode`), waiting for it until `deadline` (monotonic): a command's first copy of the tree then
+        has it, and its tree is kept (importing writes nothing). What is left by then goes on detached:
+        commands meanwhile compile what they lack."""
         api = self._client.api
+        argv = ["sh", "-c", ADOPT_COMMAND, ADOPT_INSTALLED_BYTECODE, tree]
         with contextlib.suppress(docker.errors.DockerException):  # an optimisation: never fails a command
-            argv = ["sh", "-c", ADOPT_COMMAND, ADOPT_INSTALLED_BYTECODE, tree]
+            wait = deadline - time.monotonic()
+            if wait > 0.1:
+                waited = container.exec_run(["timeout", "-s", "KILL", f"{wait:.1f}", *argv], user="0:0")
+                if waited.exit_code == 0:
+                    return
             api.exec_start(api.exec_create(container.id, argv, user="0:0")["Id"], detach=True)
 
     def _live_container(self, slot: _Slot, timeout: float) -> Any:
@@ -367,9 +426,7 @@ class DockerSandbox(Sandbox):
                 f"could not set up {target!r} in a container young enough for a {timeout:g}s command "
                 f"(lifetime {self.limits.lifetime:g}s)"
             )
-        with self._uid_lock:
-            uid = self._uid_base + next(self._uids)
-        box = f"/scratch/{secrets.token_hex(12)}"
+        uid, box = self._box_of(slot, target)
         environment = {
             **_COMMAND_ENV,
             **env,
@@ -378,6 +435,7 @@ class DockerSandbox(Sandbox):
             "GAGAR_TIMEOUT": f"{timeout:g}",
             "GAGAR_KILL_AFTER": f"{self.limits.kill_after:g}",
             "GAGAR_SETUP": "1" if setup else "0",
+            "GAGAR_KEEP": "1" if target in slot.keep and not setup else "0",
             "GAGAR_TESTS": self._helpers["tests"][0],
             "GAGAR_GIT": self._helpers["git"][0],
             "GAGAR_TEST_COMMAND": self.test_command or "",
@@ -429,6 +487,14 @@ class DockerSandbox(Sandbox):
             target=target,
         )
 
+    def _box_of(self, slot: _Slot, target: str) -> tuple[int, str]:
+        """The uid and box of `target`'s commands in the slot's current container, made on its first."""
+        if target not in slot.boxes:
+            with self._uid_lock:
+                uid = self._uid_base + next(self._uids)
+            slot.boxes[target] = (uid, f"/scratch/{secrets.token_hex(12)}")
+        return slot.boxes[target]
+
     def _adopt(self, slot: _Slot, container: Any, uid: int, box: str, target: str) -> None:
         """Copy a set-up tree into /pristine (as root: nobody else can change it there) and drop the box."""
         dest = f"/pristine/{secrets.token_hex(12)}"
@@ -439,7 +505,7 @@ class DockerSandbox(Sandbox):
         if copy.exit_code != 0:
             raise SandboxError(f"could not keep the set-up tree of {target!r}: {copy.output[-2000:]!r}")
         slot.sources[target] = dest
-        self._adopt_bytecode(container, dest)
+        self._adopt_bytecode(container, dest, time.monotonic() + _BYTECODE_WAIT)
 
     def _kill_uid(self, container: Any, uid: int, box: str) -> None:
         """Kill every process of `uid` and remove its box; kill the container if even that fails."""
@@ -539,13 +605,31 @@ def _remove_container(container: Any) -> None:
         raise SandboxError(f"could not remove container {container.name}: {exc}") from exc
 
 
+def _kept_trees(archives: dict[str, bytes], limits: Limits) -> set[str]:
+    """The targets whose tree a slot keeps between commands: as many as fit, in order, in a quarter of the
+    scratch space (kept trees live there, beside what commands write)."""
+    kept, room = set(), limits.scratch_bytes // 4
+    for target, data in archives.items():
+        if len(data) > room:
+            break
+        kept.add(target)
+        room -= len(data)
+    return kept
+
+
 def _bundle(archives: dict[str, bytes]) -> tuple[bytes, dict[str, str]]:
     """One tar holding every target's tree under an unguessable top-level name; the names by target.
+
+    A file that an earlier tree of the bundle holds at the same path with the same bytes and mode is a hard
+    link to it (candidates share nearly every file with base): the bundle, and the trees it becomes in the
+    slot's /pristine, hold each such file once. Nothing writes to a pristine file (commands copy it; a
+    set-up tree is a new copy), so the link is never seen from a command.
 
     Raises `SandboxError` for a member that is absolute or climbs out with `..` (not what `git archive`
     makes), or for a member type other than file, directory or symlink.
     """
     names = {t: secrets.token_hex(12) for t in archives}
+    seen: dict[str, list[tuple[int, bytes, str]]] = {}  # path -> (mode, bytes, where the bundle holds it)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as bundle:
         for target, data in archives.items():
@@ -559,11 +643,24 @@ def _bundle(archives: dict[str, bytes]) -> tuple[bytes, dict[str, str]]:
                         raise SandboxError(f"archive of {target!r} has an unsafe member {member.name!r}")
                     if not (member.isfile() or member.isdir() or member.issym()):
                         raise SandboxError(f"archive of {target!r} has an unsupported member {member.name!r}")
-                    fileobj = source.extractfile(member) if member.isfile() else None
-                    member.name = f"{names[target]}/{member.name}".rstrip("/")
+                    path = member.name.rstrip("/")
+                    member.name = f"{names[target]}/{path}"
                     member.uid = member.gid = 0
                     member.uname = member.gname = "root"
-                    bundle.addfile(member, fileobj)
+                    # git archive's global header (the commit id) would otherwise be repeated per member.
+                    member.pax_headers = {}
+                    if not member.isfile():
+                        bundle.addfile(member)
+                        continue
+                    content = source.extractfile(member).read()  # type: ignore[union-attr]
+                    versions = seen.setdefault(path, [])
+                    held = next((n for m, c, n in versions if m == member.mode and c == content), None)
+                    if held is not None:
+                        member.type, member.linkname, member.size = tarfile.LNKTYPE, held, 0
+                        bundle.addfile(member)
+                    else:
+                        versions.append((member.mode, content, member.name))
+                        bundle.addfile(member, io.BytesIO(content))
     return buf.getvalue(), names
 
 

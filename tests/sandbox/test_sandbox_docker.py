@@ -178,6 +178,34 @@ def test_every_exec_starts_pristine(sandbox) -> None:
     assert "base\n" in second.stdout and "late" not in second.stdout and "more" not in second.stdout
 
 
+def test_a_tree_nothing_changed_is_kept_and_any_change_means_a_fresh_copy(trees) -> None:
+    # The tree's root directory gets a new ctime with every copy; a kept tree keeps its.
+    copied = "stat -c %z ."
+    changes = {
+        "appended": "echo more >> a.txt",
+        "created in a subdirectory": "echo x > tests/new.py",
+        "removed": "rm pkg/__init__.py",
+        "renamed": "mv a.txt z.txt",
+        "mode": "chmod 600 a.txt",
+        "mtime set back": "touch -d 2000-01-01 a.txt",
+        "directory made": "mkdir pkg/sub",
+    }
+    with open_sandbox(trees, limits=LIMITS) as sb:
+        first = sb.exec("B", copied).stdout
+        assert first and sb.exec("B", copied).stdout == first  # nothing changed: the same tree
+        assert sb.exec("A", copied).stdout != first  # every target has its own
+        for what, change in changes.items():
+            before = sb.exec("B", copied).stdout
+            assert sb.exec("B", change).ok, what
+            intact = "test -e pkg/__init__.py && test ! -e pkg/sub && test ! -e tests/new.py && echo intact"
+            after = sb.exec("B", f"{copied}; cat a.txt; ls -l --time-style=+%Y a.txt; {intact}")
+            assert after.ok, (what, after)
+            when, content, listing, check = after.stdout.splitlines()
+            assert when != before, what  # a fresh copy
+            assert content == "changed by B" and "-rw-r--r--" in listing and " 2000 " not in listing, what
+            assert check == "intact", what
+
+
 def test_run_tests_and_setup(trees) -> None:
     with open_sandbox(
         trees, setup="echo built > built.txt", test_command="python3 -m pytest -q -p no:cacheprovider"
@@ -222,8 +250,14 @@ def test_nothing_left_after_100_runs(trees) -> None:
         for i in range(100):
             assert sb.exec("AB"[i % 2], ["true"]).ok
         for slot in sb._slots:
-            leftover = slot.container.exec_run(["sh", "-c", "ls -A /scratch /tmp"], user="0:0")
-            assert leftover.output.decode().split() == ["/scratch:", "/tmp:"]
+            # What stays is one box per target run in the slot, holding its kept tree and nothing else.
+            run = slot.container.exec_run
+            assert run(["ls", "-A", "/tmp"], user="0:0").output == b""
+            boxes = run(["ls", "/scratch"], user="0:0").output.decode().split()
+            assert sorted(boxes) == sorted(box.split("/")[-1] for _, box in slot.boxes.values())
+            for uid, box in slot.boxes.values():
+                held = run(["ls", "-A", box], user=f"{uid}:{uid}").output.decode().split()
+                assert held == [".started", "t"], held
     assert _our_containers() == before
 
 

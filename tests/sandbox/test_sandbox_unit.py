@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,47 @@ def test_bundle_prefixes_every_tree_and_refuses_escapes() -> None:
     for bad in ("../evil", "/etc/passwd", "a/../../evil"):
         with pytest.raises(SandboxError, match="unsafe"):
             _bundle({"base": _tar((bad, b"x"))})
+
+
+def test_bundle_holds_a_file_the_trees_share_once(tmp_path: Path) -> None:
+    pytest.importorskip("docker")
+    from grader.sandbox.docker import _bundle
+
+    big = b"shared\n" * 10_000
+    base = _tar(("same.py", big), ("changed.py", b"old\n"))
+    candidate = _tar(("same.py", big), ("changed.py", b"new\n"), ("added.py", b"added\n"))
+    data, names = _bundle({"base": base, "A": candidate, "B": candidate})
+    assert len(data) < len(base) + 3 * 10_240  # the big file once, the rest headers and small files
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        links = {name: m.linkname for name, m in members.items() if m.islnk()}
+        assert links == {
+            f"{names['A']}/same.py": f"{names['base']}/same.py",
+            f"{names['B']}/same.py": f"{names['base']}/same.py",
+            f"{names['B']}/changed.py": f"{names['A']}/changed.py",
+            f"{names['B']}/added.py": f"{names['A']}/added.py",
+        }
+        tar.extractall(tmp_path, filter="fully_trusted")
+    for target, changed in (("base", b"old\n"), ("A", b"new\n"), ("B", b"new\n")):
+        tree = tmp_path / names[target]
+        assert (tree / "same.py").read_bytes() == big and (tree / "changed.py").read_bytes() == changed
+    assert not (tmp_path / names["base"] / "added.py").exists()
+
+
+def test_bundle_does_not_link_a_file_whose_mode_differs() -> None:
+    pytest.importorskip("docker")
+    from grader.sandbox.docker import _bundle
+
+    plain, executable = _tar(("run.sh", b"echo hi\n")), _tar(("run.sh", b"echo hi\n"))
+    with tarfile.open(fileobj=io.BytesIO(executable)) as tar:
+        member = tar.getmembers()[0]
+    member.mode = 0o755
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.addfile(member, io.BytesIO(b"echo hi\n"))
+    data, names = _bundle({"base": plain, "A": buf.getvalue()})
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert not any(m.islnk() for m in tar.getmembers())
 
 
 def test_apt_sources_are_read_in_both_formats() -> None:
