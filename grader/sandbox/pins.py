@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 # The first release of each package that installs on an interpreter: a compiled package's first CPython
 # wheel for Linux x86-64 (manylinux), setuptools' first that imports (before 41.1.0 it calls the
-# HTMLParser.unescape that 3.9 removed). Names are PEP 503's (lower case, "-").
+# HTMLParser.unescape that 3.9 removed), a pure-Python package's first that runs there. Names are PEP
+# 503's (lower case, "-").
 FIRST_INSTALLABLE: dict[str, dict[str, str]] = {
     "3.9": {
         "setuptools": "41.1.0",
@@ -50,6 +51,9 @@ FIRST_INSTALLABLE: dict[str, dict[str, str]] = {
         "psutil": "5.8.0",
         "pyyaml": "5.4",
         "pyerfa": "1.7.1",
+        # Pure Python, but before 4.18.2 it builds code objects with 3.7's signature (no posonlyargcount):
+        # as a pytest plugin it fails every test run on 3.8+ with "an integer is required (got type bytes)".
+        "hypothesis": "4.18.2",
     },
     "3.11": {"numpy": "1.23.2"},
     "3.13": {"numpy": "2.1.0"},
@@ -146,7 +150,7 @@ def adjust(spec: EnvironmentSpec, choice: InterpreterChoice) -> tuple[Environmen
                 packages[i] = lifted
         if changes:
             notes.append(
-                f"pins that do not install on Python {choice.interpreter.version} lifted to the first "
+                f"pins that do not install or run on Python {choice.interpreter.version} lifted to the first "
                 f"release that does: {', '.join(changes)}"
             )
     install = spec.install
