@@ -2,7 +2,8 @@
 
 The reviewer (a scripted policy on the project's loopback OpenAI-compatible server,
 `grader.servers.scripted.ScriptedServer`) runs `tests` on every target of the group (base and each
-candidate), then makes 6 more tool calls (list, two diffs, a read, a search and a probe with `run`), then
+candidate), `--test-runs` times (default 3: what issue 36 asks the defaults to allow), then makes 6 more
+tool calls (list, two diffs, a read, a search and a probe with `run`), then
 submits. It is graded by `LLMGrader` with the Docker sandbox in the task's environment (built or reused
 first, off the clock), once with the default budgets (it must complete: "graded") and, with `--overrun S`,
 once more with a sandbox-time budget of S seconds, which the test run overruns: the run is cut at the
@@ -12,7 +13,8 @@ the usage, the outcome.
 
 The group comes from a prepared benchmark (`gagar bench prepare swebench-lite ...`): its mirrors in the
 machine's cache, its environment built by the sandbox. The machine's load is printed beside the figures.
-Run: python bench/review_budgets.py [--group pytest-dev__pytest-7432] [--track verification] [--overrun 120]
+Run: python bench/review_budgets.py [--group pytest-dev__pytest-7432] [--track verification] [--test-runs 3]
+     [--overrun 120]
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from grader.util.cachedirs import machine_cache  # noqa: E402
 from grader.workspace.mirrors import MirrorCache  # noqa: E402
 
 
-def reviewer(package: str):
-    """The scripted reviewer: `tests` on every target, 6 more calls, then a submission (all tied)."""
+def reviewer(package: str, test_runs: int):
+    """The scripted reviewer: `tests` on every target `test_runs` times, 6 more calls, then a submission
+    (all tied)."""
 
     def policy(request: dict[str, Any], n: int) -> Reply:
         labels = labels_in(request)
         steps = [
-            ("run", {"command": "tests"}),
+            *[("run", {"command": "tests"})] * test_runs,
             ("list_candidates", {}),
             ("diff", {"candidate": labels[0]}),
             ("diff", {"candidate": labels[-1], "against": labels[0]}),
@@ -62,13 +65,13 @@ def reviewer(package: str):
     return policy
 
 
-def grade(group: Group, budgets: Budgets, transcripts: Path) -> dict[str, Any]:
+def grade(group: Group, budgets: Budgets, transcripts: Path, test_runs: int) -> dict[str, Any]:
     """Grade `group` with the reviewer under `budgets`; the outcome, usage and each turn's times."""
     package = group.task.repo.rstrip("/").split("/")[-1].removesuffix(".git")
     package = {"pytest": "_pytest", "scikit-learn": "sklearn"}.get(package, package)
     options = GradingOptions(mirrors=MirrorCache(machine_cache() / "mirrors"), grade_all_pass=True)
     started = time.monotonic()
-    with ScriptedServer(reviewer(package)) as server:
+    with ScriptedServer(reviewer(package, test_runs)) as server:
         grader = LLMGrader(
             "scripted", base_url=server.url, sandbox="docker", budgets=budgets, transcript_dir=transcripts
         )
@@ -94,6 +97,7 @@ def main() -> None:
     parser.add_argument("--group", default="pytest-dev__pytest-7432")
     parser.add_argument("--track", default="verification")
     parser.add_argument("--bench-root", type=Path, default=machine_cache() / "benchmarks/swebench-lite")
+    parser.add_argument("--test-runs", type=int, default=3, help="full test runs on every target")
     parser.add_argument("--overrun", type=float, default=None, help="also grade with this sandbox budget")
     parser.add_argument("--transcripts", type=Path, default=Path("/tmp/gagar-review-budgets"))
     args = parser.parse_args()
@@ -104,7 +108,7 @@ def main() -> None:
     if args.overrun is not None:
         runs.append((f"sandbox budget {args.overrun:g}s", Budgets(sandbox_seconds=args.overrun)))
     for name, budgets in runs:
-        outcome = grade(group, budgets, args.transcripts / name.replace(" ", "-"))
+        outcome = grade(group, budgets, args.transcripts / name.replace(" ", "-"), args.test_runs)
         print(f"== {name}: load {os.getloadavg()[0]:.1f}")
         print(json.dumps(outcome, indent=1))
         done = outcome["status"] == "graded"
