@@ -1,17 +1,18 @@
 """Bytecode for pristine trees, made once per container by root, so commands do not compile at each import.
 
-Every command runs in a fresh copy of its target's tree; without bytecode in the pristine tree each command
-compiled every module it imported again (sympy: `import sympy` took 1.5 to 2 times as long without it,
-measured on the sandbox's tmpfs). `ADOPT_INSTALLED_BYTECODE` runs as root inside the container on one
-pristine tree, detached, at the lowest priority: for each `.py` file of a package at the tree's root or under
-`src/`, it writes a checked-hash `.pyc` (the source's hash in its header: Python uses it only while the
-source is byte for byte the one it came from, and fixes its file names on loading). The code comes from the
-image's installed copy of the package when the installed source is the same bytes (a task environment
-installs the repository, and pip compiled it), else from compiling the source (compiling runs nothing of
-it). Results are kept per container by the source's sha256 (root-only), so the trees of one container (base
-and candidates share most files) pay for each distinct file once, one tree at a time. Each `.pyc` is
-hard-linked beside the tree and renamed into it, so a command copying the tree meanwhile finds each one whole
-or not at all; a command started before it is done compiles what it lacks, as before.
+Without bytecode in the pristine tree each command compiled every module it imported again (sympy: `import
+sympy` took 1.5 to 2 times as long without it, measured on the sandbox's tmpfs), and wrote it into its
+tree, which then could not be kept for the next command. `ADOPT_INSTALLED_BYTECODE` runs as root inside the
+container on one pristine tree, at the lowest priority: for each `.py` file of the tree (hidden folders
+left out; not only a package's: a module a script imports from beside it, as sympy's `bin/test` does,
+counts too), it writes a checked-hash `.pyc` (the source's hash in its header: Python uses it only while
+the source is byte for byte the one it came from, and fixes its file names on loading). The code comes
+from the image's installed copy of the package when the installed source is the same bytes (a task
+environment installs the repository, and pip compiled it), else from compiling the source (compiling runs
+nothing of it). Results are kept per container by the source's sha256 (root-only), so the trees of one
+container (base and candidates share most files) pay for each distinct file once, one tree at a time.
+Each `.pyc` is hard-linked beside the tree and renamed into it, so a command copying the tree meanwhile
+finds each one whole or not at all; a command started before it is done compiles what it lacks.
 
 Argument: the tree. Exits 0 whatever it found (no python3 in the image: nothing is done).
 """
@@ -46,34 +47,31 @@ def place(data, path):
         f.write(data)
     os.replace(partial, path)
 
-for top in (tree, os.path.join(tree, "src")):
-    names = os.listdir(top) if os.path.isdir(top) else []
-    for name in names:
-        package = os.path.join(top, name)
-        if not os.path.isfile(os.path.join(package, "__init__.py")):
+src = os.path.join(tree, "src")
+for folder, folders, files in os.walk(tree):
+    folders[:] = [d for d in folders if not d.startswith(".") and d != "__pycache__"]
+    top = src if folder == src or folder.startswith(src + os.sep) else tree  # where imports see the tree
+    for file in files:
+        if not file.endswith(".py"):
             continue
-        for folder, _, files in os.walk(package):
-            for file in files:
-                if not file.endswith(".py"):
-                    continue
-                source = os.path.join(folder, file)
-                try:
-                    with open(source, "rb") as f:
-                        data = f.read()
-                    kept = os.path.join(cache, hashlib.sha256(data).hexdigest())
-                    if not os.path.exists(kept):
-                        body = bytecode(source, data, os.path.join(site, os.path.relpath(source, top)))
-                        checked_hash = (3).to_bytes(4, "little") + importlib.util.source_hash(data)
-                        place(magic + checked_hash + body, kept)
-                    out = importlib.util.cache_from_source(source)
-                    os.makedirs(os.path.dirname(out), exist_ok=True)
-                    partial = os.path.join(cache, ".link")
-                    if os.path.lexists(partial):
-                        os.unlink(partial)
-                    os.link(kept, partial)
-                    os.replace(partial, out)
-                except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-                    continue  # a file Python cannot compile: the command that imports it says why
+        source = os.path.join(folder, file)
+        try:
+            with open(source, "rb") as f:
+                data = f.read()
+            kept = os.path.join(cache, hashlib.sha256(data).hexdigest())
+            if not os.path.exists(kept):
+                body = bytecode(source, data, os.path.join(site, os.path.relpath(source, top)))
+                checked_hash = (3).to_bytes(4, "little") + importlib.util.source_hash(data)
+                place(magic + checked_hash + body, kept)
+            out = importlib.util.cache_from_source(source)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            partial = os.path.join(cache, ".link")
+            if os.path.lexists(partial):
+                os.unlink(partial)
+            os.link(kept, partial)
+            os.replace(partial, out)
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # a file Python cannot compile: the command that imports it says why
 """
 """A Python program (`python3 -c PROGRAM TREE`); see the module docstring."""
 
