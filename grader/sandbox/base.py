@@ -263,7 +263,8 @@ class Sandbox(ABC):
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        """Run `command` in a fresh copy of `target`'s tree and return what it did.
+        """Run `command` in a tree equal to `target`'s pristine one and return what it did (the backend may
+        hand on the tree an earlier command left unchanged, see `DockerSandbox`).
 
         Never raises for what the command does (failure, timeout, kill by a limit: all are in the result).
         Raises `SandboxError` for an unknown target, a closed sandbox or a backend failure.
