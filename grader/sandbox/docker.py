@@ -623,7 +623,7 @@ def _bundle(archives: dict[str, bytes]) -> tuple[bytes, dict[str, str]]:
     A file that an earlier tree of the bundle holds at the same path with the same bytes and mode is a hard
     link to it (candidates share nearly every file with base): the bundle, and the trees it becomes in the
     slot's /pristine, hold each such file once. Nothing writes to a pristine file (commands copy it; a
-    set-up tree is a new copy), so the link is never seen from a command.
+    set-up tree is a new copy), so no command's tree changes through a link.
 
     Raises `SandboxError` for a member that is absolute or climbs out with `..` (not what `git archive`
     makes), or for a member type other than file, directory or symlink.
