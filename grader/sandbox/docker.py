@@ -96,14 +96,11 @@ if [ "$keep" = 1 ] && [ -d "$box/t" ] && [ -f "$box/.started" ] &&
 fi
 if [ $fresh = 1 ]; then
   rm -rf "$box"
-  if ! mkdir -p "$box" || ! cd "$src" || ! cp -R -p . "$box/t"; then
-    echo "gagar-sandbox: could not prepare a fresh tree" >&2
-    cd / && rm -rf "$box"
-    exit 125
-  fi
+  mkdir -p "$box" && cd "$src" && cp -R -p . "$box/t"
+else
+  rm -rf "$box/home" "$box/tmp" "$box/bin"
 fi
-rm -rf "$box/home" "$box/tmp" "$box/bin"
-if ! mkdir "$box/home" "$box/tmp" "$box/bin"; then
+if [ $? != 0 ] || ! mkdir "$box/home" "$box/tmp" "$box/bin"; then
   echo "gagar-sandbox: could not prepare a fresh tree" >&2
   cd / && rm -rf "$box"
   exit 125

@@ -116,7 +116,8 @@ def test_a_probe_imports_its_targets_tree_from_anywhere(group_id: str, sandbox_i
         results = sandbox.exec_many(["base", "changed"], ["python", "-c", probe], env={"SUBDIR": subdir})
         answers = _answers(results, path)
         assert answers["changed"] == "'candidate'" and answers["base"] != "'candidate'", answers
-        # Bytecode comes into the pristine trees in the background (base's from the image's installed copy,
+        # Bytecode comes into the pristine trees before the first command, or past that wait in the background
+        # (base's from the image's installed copy,
         # the changed file's compiled from its own source): wait for it; the same probe, now reading it, must
         # answer the same on each target.
         deadline = time.monotonic() + 600
