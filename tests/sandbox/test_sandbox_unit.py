@@ -93,6 +93,25 @@ def test_bundle_holds_a_file_the_trees_share_once(tmp_path: Path) -> None:
     assert not (tmp_path / names["base"] / "added.py").exists()
 
 
+def test_bundle_refuses_an_archive_that_brings_its_own_links() -> None:
+    # The bundle makes hard links itself; one from a tree could point into another target's tree or out.
+    pytest.importorskip("docker")
+    from grader.sandbox.docker import _bundle
+
+    for kind, target in (
+        (tarfile.LNKTYPE, "../../etc/passwd"),
+        (tarfile.LNKTYPE, "a.txt"),
+        (tarfile.FIFOTYPE, ""),
+    ):
+        link = tarfile.TarInfo("evil")
+        link.type, link.linkname = kind, target
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.addfile(link)
+        with pytest.raises(SandboxError, match="unsupported member 'evil'"):
+            _bundle({"base": _tar(("a.txt", b"x")), "A": buf.getvalue()})
+
+
 def test_bundle_does_not_link_a_file_whose_mode_differs() -> None:
     pytest.importorskip("docker")
     from grader.sandbox.docker import _bundle
