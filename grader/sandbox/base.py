@@ -102,7 +102,12 @@ def absolute_pythonpath(root: str, inherited: str | None) -> str:
 
 @runtime_checkable
 class TreeSource(Protocol):
-    """Where pristine trees come from (the workspace implements it with `git archive`)."""
+    """Where pristine trees come from (the workspace implements it with `git archive`).
+
+    A source may also have `changes(target) -> grader.workspace.archives.TreeChanges | None`: how a
+    candidate's tree differs from base's (None: take its whole `archive`). The Docker backend then makes
+    that tree from base's instead of loading it whole; the workspace has it.
+    """
 
     def targets(self) -> list[str]:
         """Every target name: always includes "base", then the candidate ids."""

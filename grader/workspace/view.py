@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from grader.groups.models import PatchStats, Task
 from grader.util.concurrency import Concurrency
+from grader.workspace.archives import TreeChanges
 
 BASE = "base"
 """The target name of the task's base commit, next to the trajectory ids."""
@@ -117,6 +118,10 @@ class GradingView(Protocol):
         """The target's pristine tree as an uncompressed tar, for a sandbox."""
         ...
 
+    def changes(self, target: str) -> TreeChanges | None:
+        """How a candidate's tree differs from base's, for a sandbox holding base's (None: use `archive`)."""
+        ...
+
 
 class ViewedWorkspace(Protocol):
     """What `WorkspaceView` reads of a workspace (`grader.workspace.workspace.Workspace` is the one in use):
@@ -157,6 +162,8 @@ class ViewedWorkspace(Protocol):
     def grep(self, target: str, pattern: str, path: str | None = None, max_count: int = 200) -> list[str]: ...
 
     def archive(self, target: str) -> bytes: ...
+
+    def changes(self, target: str) -> TreeChanges | None: ...
 
 
 class WorkspaceView:
@@ -216,3 +223,6 @@ class WorkspaceView:
 
     def archive(self, target: str) -> bytes:
         return self._workspace.archive(target)
+
+    def changes(self, target: str) -> TreeChanges | None:
+        return self._workspace.changes(target)

@@ -31,7 +31,7 @@ from grader.errors import BaseCommitMissing, WorkspaceError
 from grader.groups.models import Group, PatchStats, Task, Trajectory
 from grader.util.concurrency import Concurrency, default_resources
 from grader.util.safenames import safe_name
-from grader.workspace import bare, exactapply, gitobjects, hunks, patches
+from grader.workspace import archives, bare, exactapply, gitobjects, hunks, patches
 from grader.workspace.gitcmd import COMMIT_EPOCH, COMMIT_IDENTITY, GitError, git, out
 from grader.workspace.mirrors import MirrorCache, shared_cache
 from grader.workspace.view import BASE, CandidateInfo, WorkspaceView
@@ -523,7 +523,14 @@ class Workspace:
 
     def archive(self, target: str) -> bytes:
         """The target's pristine tree as an uncompressed tar (what a sandbox copies in)."""
-        return git(["archive", "--format=tar", self.commit_of(target)], git_dir=self.git_dir).stdout
+        return archives.archive(self.git_dir, self.commit_of(target))
+
+    def changes(self, target: str) -> archives.TreeChanges | None:
+        """How a candidate's tree differs from base's (see `archives.changes`); None for base itself, or
+        when the candidate changed so much that its whole `archive` is the better way."""
+        if target == BASE:
+            return None
+        return archives.changes(self.git_dir, self.base_commit, self.commit_of(target))
 
     def worktree(self, target: str) -> Path:
         """A checked-out working tree of one target, made on first request and removed with the workspace."""

@@ -44,38 +44,44 @@ def test_limits_reject_nonsense() -> None:
     assert Limits().timeout == 120.0
 
 
-def _tar(*members: tuple[str, bytes]) -> bytes:
+def _tar(*members: tuple[str, bytes], symlinks: dict[str, str] | None = None) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in members:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+        for name, target in (symlinks or {}).items():
+            link = tarfile.TarInfo(name)
+            link.type, link.linkname = tarfile.SYMTYPE, target
+            tar.addfile(link)
     return buf.getvalue()
 
 
 def test_bundle_prefixes_every_tree_and_refuses_escapes() -> None:
     pytest.importorskip("docker")
-    from grader.sandbox.docker import _bundle
+    from grader.sandbox.bundle import bundle
 
-    data, names = _bundle({"base": _tar(("a.txt", b"x")), "A": _tar(("d/b.txt", b"y"))})
+    made = bundle({"base": _tar(("a.txt", b"x")), "A": _tar(("d/b.txt", b"y"))}, {})
+    data, names = made.data, made.names
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         listed = tar.getnames()
     assert f"{names['base']}/a.txt" in listed and f"{names['A']}/d/b.txt" in listed
     assert names["base"] != names["A"]
     for bad in ("../evil", "/etc/passwd", "a/../../evil"):
         with pytest.raises(SandboxError, match="unsafe"):
-            _bundle({"base": _tar((bad, b"x"))})
+            bundle({"base": _tar((bad, b"x"))}, {})
 
 
 def test_bundle_holds_a_file_the_trees_share_once(tmp_path: Path) -> None:
     pytest.importorskip("docker")
-    from grader.sandbox.docker import _bundle
+    from grader.sandbox.bundle import bundle
 
     big = b"shared\n" * 10_000
     base = _tar(("same.py", big), ("changed.py", b"old\n"))
     candidate = _tar(("same.py", big), ("changed.py", b"new\n"), ("added.py", b"added\n"))
-    data, names = _bundle({"base": base, "A": candidate, "B": candidate})
+    made = bundle({"base": base, "A": candidate, "B": candidate}, {})
+    data, names = made.data, made.names
     assert len(data) < len(base) + 3 * 10_240  # the big file once, the rest headers and small files
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = {m.name: m for m in tar.getmembers()}
@@ -96,7 +102,7 @@ def test_bundle_holds_a_file_the_trees_share_once(tmp_path: Path) -> None:
 def test_bundle_refuses_an_archive_that_brings_its_own_links() -> None:
     # The bundle makes hard links itself; one from a tree could point into another target's tree or out.
     pytest.importorskip("docker")
-    from grader.sandbox.docker import _bundle
+    from grader.sandbox.bundle import bundle
 
     for kind, target in (
         (tarfile.LNKTYPE, "../../etc/passwd"),
@@ -109,12 +115,12 @@ def test_bundle_refuses_an_archive_that_brings_its_own_links() -> None:
         with tarfile.open(fileobj=buf, mode="w") as tar:
             tar.addfile(link)
         with pytest.raises(SandboxError, match="unsupported member 'evil'"):
-            _bundle({"base": _tar(("a.txt", b"x")), "A": buf.getvalue()})
+            bundle({"base": _tar(("a.txt", b"x")), "A": buf.getvalue()}, {})
 
 
 def test_bundle_does_not_link_a_file_whose_mode_differs() -> None:
     pytest.importorskip("docker")
-    from grader.sandbox.docker import _bundle
+    from grader.sandbox.bundle import bundle
 
     plain, executable = _tar(("run.sh", b"echo hi\n")), _tar(("run.sh", b"echo hi\n"))
     with tarfile.open(fileobj=io.BytesIO(executable)) as tar:
@@ -123,7 +129,8 @@ def test_bundle_does_not_link_a_file_whose_mode_differs() -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         tar.addfile(member, io.BytesIO(b"echo hi\n"))
-    data, names = _bundle({"base": plain, "A": buf.getvalue()})
+    made = bundle({"base": plain, "A": buf.getvalue()}, {})
+    data = made.data
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         assert not any(m.islnk() for m in tar.getmembers())
 
@@ -190,3 +197,52 @@ def test_slots_fit_the_cpu_quota_in_the_cores_and_never_exceed_the_targets(monke
     assert default_slots(Limits(cpus=2.0), 11) == 4
     assert default_slots(Limits(cpus=1.0), 3) == 3
     assert default_slots(Limits(cpus=16.0), 11) == 1
+
+
+def test_a_candidate_given_by_its_changes_is_bundled_as_those_only() -> None:
+    pytest.importorskip("docker")
+    from grader.sandbox.bundle import bundle
+    from grader.workspace.archives import TreeChanges
+
+    base = _tar(("same.txt", b"x" * 50_000), ("old.txt", b"old\n"))
+    change = TreeChanges(("old.txt", "new.txt"), _tar(("new.txt", b"new\n")))
+    # Slot 2 of a sandbox: no base target, so base's tree comes along under a name no target has.
+    made = bundle({}, {"A": change}, base)
+    assert len(made.data) < 2 * 50_000 and made.manifest  # the shared file once: in base's tree only
+    with tarfile.open(fileobj=io.BytesIO(made.data)) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    (line,) = files[made.manifest].decode().splitlines()
+    tree, from_tree, changes, changed, removed = line.split()
+    assert tree == made.names["A"] and made.trees == [from_tree, tree]
+    assert from_tree not in made.names.values()
+    assert files[f"{from_tree}/same.txt"] == b"x" * 50_000
+    assert files[changed] == b"old.txt\0new.txt\0" and files[removed] == b"old.txt\0"
+    with tarfile.open(fileobj=io.BytesIO(files[changes])) as tar:
+        assert tar.getnames() == ["new.txt"]
+    with pytest.raises(SandboxError, match="need base's tree"):
+        bundle({}, {"A": change})
+
+
+@pytest.mark.parametrize(
+    ("paths", "files", "refused"),
+    [
+        (("../evil",), (), "unsafe path '../evil'"),
+        (("/etc/passwd",), (), "unsafe path"),
+        (("new.txt",), (("../new.txt", b"x"),), "unsafe member"),
+        (("out/passwd",), (), "through a symlink"),
+        (("out",), (("out/x", b"x"),), None),  # the symlink is changed itself: removed first, then a folder
+        (("new.txt",), (("out/x", b"x"),), "through a symlink"),
+    ],
+)
+def test_changes_that_climb_out_or_reach_through_a_symlink_of_base_are_refused(paths, files, refused) -> None:
+    pytest.importorskip("docker")
+    from grader.sandbox.bundle import bundle
+    from grader.workspace.archives import TreeChanges
+
+    base = _tar(("a.txt", b"a"), symlinks={"out": "/etc"})
+    change = TreeChanges(paths, _tar(*files))
+    if refused is None:
+        assert bundle({"base": base}, {"A": change}).manifest
+        return
+    with pytest.raises(SandboxError, match=refused):
+        bundle({"base": base}, {"A": change})

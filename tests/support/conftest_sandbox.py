@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.workspace.archives import TreeChanges, changes
 from grader.workspace.gitcmd import safe_env
 
 BASE_FILES = {
@@ -22,7 +23,7 @@ CANDIDATES = {
 }
 
 
-class GitTrees:
+class WholeGitTrees:
     """TreeSource over real branches: `git archive <branch>` per target."""
 
     def __init__(self, repo: Path, branches: dict[str, str]) -> None:
@@ -35,6 +36,15 @@ class GitTrees:
         return subprocess.run(
             ["git", "-C", str(self.repo), "archive", self.branches[target]], capture_output=True, check=True
         ).stdout
+
+
+class GitTrees(WholeGitTrees):
+    """`WholeGitTrees` that also gives a candidate's tree by its changes from base's, as a workspace does."""
+
+    def changes(self, target: str) -> TreeChanges | None:
+        if target == "base":
+            return None
+        return changes(self.repo / ".git", self.branches["base"], self.branches[target])
 
 
 def _git(repo: Path, *args: str) -> None:
