@@ -9,9 +9,10 @@ holding nothing of another's. Without capabilities there is no mount namespace t
 
 Layout inside a slot (root filesystem read-only, no network, no capabilities, no new privileges):
 - /pristine (tmpfs, root-owned, mode 711): each of the slot's targets' trees (and, after `setup`, its set-up
-  tree), written by root under an unguessable name; nobody else can list or write there. A file a target
-  shares with an earlier one (same path, bytes and mode: a candidate shares nearly all of base's) is loaded
-  once and hard-linked, so loading 11 sympy trees moves one tree's bytes and a few changed files.
+  tree, see `adoption`), written by root under an unguessable name; nobody else can list or write there.
+  The trees arrive as one tar (`bundle`): a candidate's as its changes from base's where the tree source
+  tells them (the workspace does), made in the container from hard links to base's files, so loading 11
+  sympy trees moves one tree's bytes and a few changed files.
 - /scratch (tmpfs, 1733): one private box (mode 700) per target: its tree `t`, `home`, `tmp` and `bin`.
 - /tmp (tmpfs, 1777). A command's own leftovers in /scratch, /tmp and /dev/shm go when it ends.
 
@@ -32,7 +33,8 @@ means the tree from any directory), HOME and TMPDIR are in its box (empty at eac
 
 Bytecode: a tree's bytecode is written into its pristine copy before the slot's first command, for up to
 `_BYTECODE_WAIT` seconds a slot (and again after a target's setup), so a copy has it and importing writes
-nothing into a kept tree; what is left then goes on detached (see `bytecode`).
+nothing into a kept tree; what is left then goes on detached (see `bytecode`). A target's setup leaves its
+tree in its box as the kept tree, so the first command after it needs no copy either.
 
 Limits: `Limits.memory_bytes` and the CPU quota are each slot's; `Limits.pids` bounds each command
 (RLIMIT_NPROC per uid) and a slot gets four times that. `Limits.lifetime` bounds each container's life.
@@ -41,13 +43,11 @@ Limits: `Limits.memory_bytes` and the CPU quota are each slot's; `Limits.pids` b
 from __future__ import annotations
 
 import contextlib
-import io
 import itertools
 import math
 import os
 import secrets
 import socket
-import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -58,8 +58,18 @@ import docker.errors
 
 from grader.errors import SandboxError, SandboxUnavailable
 from grader.sandbox import lifecycle
-from grader.sandbox.base import DEFAULT_IMAGE, ExecResult, Limits, Sandbox, TreeSource, helper_files
-from grader.sandbox.bytecode import ADOPT_COMMAND, ADOPT_INSTALLED_BYTECODE
+from grader.sandbox.adoption import ADOPT_COMMAND, ADOPT_SET_UP_TREE
+from grader.sandbox.base import (
+    BASE_TARGET,
+    DEFAULT_IMAGE,
+    ExecResult,
+    Limits,
+    Sandbox,
+    TreeSource,
+    helper_files,
+)
+from grader.sandbox.bundle import LOAD, Bundle, bundle
+from grader.sandbox.bytecode import ADOPT_INSTALLED_BYTECODE, BYTECODE_COMMAND
 from grader.sandbox.leftovers import (
     LABEL,
     LABEL_CREATED,
@@ -69,19 +79,21 @@ from grader.sandbox.leftovers import (
     reap_dead_owners_once,
 )
 from grader.sandbox.output import CappedBuffer
+from grader.workspace.archives import TreeChanges
 from grader.workspace.gitcmd import git_identity
 
 # A container needs this long from `run` to a first command; a command is started only in a container with at
 # least its own bound plus this margin left to live.
 _START_MARGIN = 5.0
 
-# Runs as the target's uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: the target's box; $GAGAR_SETUP=1 leaves
-# the resulting tree readable (not writable) by all, for root to adopt as the target's new pristine tree;
+# Runs as the target's uid. $GAGAR_SRC: tree to copy; $GAGAR_BOX: the target's box; $GAGAR_SETUP=1 stamps
+# the box (`.setup`) between the copy and the setup command and leaves what the setup changed readable (not
+# writable) by all, for root to adopt the tree as the target's new pristine one (see `adoption`);
 # $GAGAR_KEEP=1 keeps the tree in the box for the next command, which uses it only if nothing in it changed
-# since the command before started (ctime, which no process can set back, newer than the box's `.started`:
-# the sleep after touching it puts every later change at least one clock tick past it); a `find` or
-# `sleep` that cannot tell means a fresh copy. $GAGAR_TESTS, $GAGAR_GIT, $GAGAR_TEST_COMMAND: the box's
-# bin/ (see base.helper_files).
+# since the command before started, or since the setup ended (no entry's ctime, which no process can set
+# back, newer than the box's `.started`: the sleep after touching it puts every later change at least one
+# clock tick past it); a `find` or `sleep` that cannot tell means a fresh copy. $GAGAR_TESTS, $GAGAR_GIT,
+# $GAGAR_TEST_COMMAND: the box's bin/ (see base.helper_files).
 _WRAPPER = r"""
 src=$GAGAR_SRC box=$GAGAR_BOX limit=$GAGAR_TIMEOUT grace=$GAGAR_KILL_AFTER setup=$GAGAR_SETUP keep=$GAGAR_KEEP
 tests=$GAGAR_TESTS git=$GAGAR_GIT test_command=$GAGAR_TEST_COMMAND
@@ -90,7 +102,7 @@ unset GAGAR_TEST_COMMAND
 umask 077
 kill -9 -1 2>/dev/null
 fresh=1
-if [ "$keep" = 1 ] && [ -d "$box/t" ] && [ -f "$box/.started" ] &&
+if [ "$keep" = 1 ] && [ "$setup" != 1 ] && [ -d "$box/t" ] && [ -f "$box/.started" ] &&
   changed=$(find "$box/t" -cnewer "$box/.started" -print -quit 2>/dev/null) && [ -z "$changed" ]; then
   fresh=0
 fi
@@ -98,7 +110,7 @@ if [ $fresh = 1 ]; then
   rm -rf "$box"
   mkdir -p "$box" && cd "$src" && cp -R -p . "$box/t"
 else
-  rm -rf "$box/home" "$box/tmp" "$box/bin"
+  chmod 700 "$box" && rm -rf "$box/home" "$box/tmp" "$box/bin"
 fi
 if [ $? != 0 ] || ! mkdir "$box/home" "$box/tmp" "$box/bin"; then
   echo "gagar-sandbox: could not prepare a fresh tree" >&2
@@ -122,6 +134,9 @@ done
 IFS=$saved_ifs
 set +f
 export PYTHONPATH="$pythonpath" PATH="$box/bin:$PATH"
+if [ "$setup" = 1 ] && ! { touch "$box/.setup" && sleep 0.01; } 2>/dev/null; then
+  rm -f "$box/.setup"
+fi
 if [ "$keep" = 1 ]; then
   { touch "$box/.started" && sleep 0.01; } 2>/dev/null || { rm -f "$box/.started"; keep=0; }
 fi
@@ -134,25 +149,21 @@ for f in /scratch/* /scratch/.[!.]* /tmp/* /tmp/.[!.]* /dev/shm/* /dev/shm/.[!.]
 done
 if [ "$setup" = 1 ]; then
   rm -rf "$box/home" "$box/tmp" "$box/bin"
-  chmod -R a+rX,go-w "$box/t" && chmod 711 "$box"
+  if [ -f "$box/.setup" ]; then
+    find "$box/t" -cnewer "$box/.setup" ! -type l -exec chmod a+rX,go-w {} +
+  else
+    chmod -R a+rX,go-w "$box/t"
+  fi
+  chmod 711 "$box"
+  if [ "$keep" = 1 ]; then
+    { touch "$box/.started" && sleep 0.01; } 2>/dev/null || rm -f "$box/.started"
+  fi
 elif [ "$keep" = 1 ]; then
   rm -rf "$box/home" "$box/tmp" "$box/bin"
 else
   rm -rf "$box"
 fi
 exit $rc
-"""
-
-_LOAD = r"""
-umask 022
-chmod 711 /pristine && chmod 1777 /scratch /tmp || exit 1
-tar -x -C /pristine --no-same-owner --no-same-permissions -f -
-"""
-
-# Root here has no capabilities: it cannot keep the setup uid's ownership, so it keeps modes and times only.
-_ADOPT = r"""
-umask 022
-cp -R --preserve=mode,timestamps,links "$1" "$2" 2>/dev/null || { rm -rf "$2"; cp -R "$1" "$2"; }
 """
 
 # How long opening a slot (or setting up a target) waits for its trees' bytecode: the installed twin's code
@@ -176,11 +187,10 @@ def docker_client() -> docker.DockerClient:
 class _Slot:
     """One container of a sandbox and what lives in it: its targets' trees, one command at a time."""
 
-    def __init__(self, index: int, targets: list[str], archives: dict[str, bytes], limits: Limits) -> None:
+    def __init__(self, index: int, targets: list[str]) -> None:
         self.index, self.targets = index, targets
-        self.bundle = _bundle(archives)
-        self.keep = _kept_trees(archives, limits)  # targets whose tree is kept between commands
-        self.tree_bytes = sum(len(data) for data in archives.values())  # the trees, undeduplicated
+        self.bundle = Bundle()  # made by `load`
+        self.keep: set[str] = set()  # targets whose tree is kept between commands
         self.container: Any = None
         self.started = 0.0  # monotonic time just before the current container was asked for
         self.sources: dict[str, str] = {}  # target -> its pristine tree in the container
@@ -188,6 +198,28 @@ class _Slot:
         self.retired: list[Any] = []  # aged-out containers: they end by themselves, or at close
         self.restart_lock = threading.Lock()
         self.one_at_a_time = threading.Lock()
+
+    def load(self, trees: TreeSource, limits: Limits) -> None:
+        """Archive the slot's trees (a candidate's as its changes from base's, where the source tells them:
+        see `bundle`), one `git archive` at a time (the slots load at once), and bundle them."""
+        changes_of = getattr(trees, "changes", None)
+        whole: dict[str, bytes] = {}
+        changes: dict[str, TreeChanges] = {}
+        for target in self.targets:
+            change = changes_of(target) if changes_of is not None and target != BASE_TARGET else None
+            if change is None:
+                whole[target] = trees.archive(target)
+            else:
+                changes[target] = change
+        base = None
+        if changes and BASE_TARGET not in whole:
+            base = trees.archive(BASE_TARGET)
+        self.bundle = bundle(whole, changes, base)
+        base_size = len(whole.get(BASE_TARGET) or base or b"")
+        sizes = {
+            t: len(whole[t]) if t in whole else base_size + len(changes[t].archive) for t in self.targets
+        }
+        self.keep = _kept_trees(sizes, limits)
 
 
 def default_slots(limits: Limits, targets: int) -> int:
@@ -244,14 +276,7 @@ class DockerSandbox(Sandbox):
                 f"image {self.image!r} is not on this engine; build it with `gagar images build`"
             ) from exc
         count = min(len(self._targets), slots or default_slots(self.limits, len(self._targets)))
-        dealt = [self._targets[i::count] for i in range(count)]
-        # `git archive` runs in its own process: a tree per core at once.
-        with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="sandbox-archive") as pool:
-            archives = dict(zip(self._targets, pool.map(trees.archive, self._targets), strict=True))
-        self._slots = [
-            _Slot(i, names, {t: archives[t] for t in names}, self.limits) for i, names in enumerate(dealt)
-        ]
-        del archives
+        self._slots = [_Slot(i, self._targets[i::count]) for i in range(count)]
         self._slot_of = {t: slot for slot in self._slots for t in slot.targets}
         # uids never repeat within a container; a random base keeps two sandboxes' RLIMIT_NPROC counts apart.
         self._uid_base = 1_000_000 + secrets.randbelow(2_000) * 1_000_000
@@ -262,9 +287,11 @@ class DockerSandbox(Sandbox):
             reap_dead_owners_once("docker", lambda: remove_leftover_containers(client=self._client))
         lifecycle.track(self)
         try:
-            with ThreadPoolExecutor(len(self._slots), thread_name_prefix="sandbox-start") as pool:
-                for started in [pool.submit(self._start, slot) for slot in self._slots]:
-                    started.result()
+            # The slots open at once: one slot's Python work (bundling) overlaps the other's `git archive`
+            # processes and engine calls.
+            with ThreadPoolExecutor(len(self._slots), thread_name_prefix="sandbox-open") as pool:
+                for opened in [pool.submit(self._open_slot, slot) for slot in self._slots]:
+                    opened.result()
         except BaseException:
             self.close()
             raise
@@ -302,11 +329,32 @@ class DockerSandbox(Sandbox):
         """Each slot's current container, in slot order."""
         return [slot.container.id if slot.container is not None else None for slot in self._slots]
 
+    def _open_slot(self, slot: _Slot) -> None:
+        # The container starts while the slot's trees are archived and bundled.
+        with ThreadPoolExecutor(1, thread_name_prefix="sandbox-run") as pool:
+            running = pool.submit(self._run_container, slot)
+            try:
+                slot.load(self.trees, self.limits)
+            finally:
+                slot.container = running.result()  # `close` removes it should loading have failed
+        slot.boxes = {}
+        self._load(slot, slot.container)
+
     def _start(self, slot: _Slot) -> None:
+        """Start a new container for `slot` and load its trees (after the one before aged out)."""
+        slot.container = self._run_container(slot)
+        slot.boxes = {}
+        self._load(slot, slot.container)
+
+    def _run_container(self, slot: _Slot) -> Any:
+        """A new locked-down container for `slot` (see the module docstring), with nothing loaded yet.
+
+        Raises `SandboxError` when the engine refuses to start it.
+        """
         lim = self.limits
-        # Trees and their set-up copies (whole copies), with room for tmpfs rounding each small file up to a
-        # page; a limit, not an allocation.
-        pristine_size = slot.tree_bytes * 4 + 64 * 1024**2
+        # What root writes there (the trees, their set-up copies, bytecode) is bounded by the container's
+        # memory, as every tmpfs of it is: the trees' size is not known yet when the container starts.
+        pristine_size = lim.memory_bytes
         now = time.time()
         slot.started = time.monotonic()
         try:
@@ -347,28 +395,27 @@ class DockerSandbox(Sandbox):
             )
         except docker.errors.DockerException as exc:
             raise SandboxError(f"could not start a container from {self.image!r}: {exc}") from exc
-        slot.container = container
-        slot.boxes = {}
-        self._load(slot, container)
+        return container
 
     def _load(self, slot: _Slot, container: Any) -> None:
-        data, names = slot.bundle
-        code, out = _exec_with_stdin(self._client, container.id, ["sh", "-c", _LOAD], data, user="0:0")
+        made = slot.bundle
+        argv = ["sh", "-c", LOAD, "gagar-load", made.manifest]
+        code, out = _exec_with_stdin(self._client, container.id, argv, made.data, user="0:0")
         if code != 0:
             raise SandboxError(f"could not load the trees into the container: {out[-2000:]!r}")
-        slot.sources = {t: f"/pristine/{names[t]}" for t in slot.targets}
-        if not self.setup:  # with a setup, the set-up trees get it instead (see `_adopt`)
-            deadline = time.monotonic() + _BYTECODE_WAIT
-            for target in slot.targets:
-                self._adopt_bytecode(container, slot.sources[target], deadline)
+        slot.sources = {t: f"/pristine/{made.names[t]}" for t in slot.targets}
+        # Before any setup too: a setup's copy then has the bytecode, and so has the set-up tree it leaves
+        # (kept for the next command) and its adopted copy (`_adopt`).
+        trees = [f"/pristine/{name}" for name in made.trees]
+        self._adopt_bytecode(container, trees, time.monotonic() + _BYTECODE_WAIT)
 
-    def _adopt_bytecode(self, container: Any, tree: str, deadline: float) -> None:
-        """Write bytecode into the pristine `tree` from the image's installed copy of its package (see
-        `bytecode`), waiting for it until `deadline` (monotonic): a command's first copy of the tree then
+    def _adopt_bytecode(self, container: Any, trees: list[str], deadline: float) -> None:
+        """Write bytecode into the pristine `trees` from the image's installed copy of its package (see
+        `bytecode`), waiting for it until `deadline` (monotonic): a command's first copy of a tree then
         has it, and its tree is kept (importing writes nothing). What is left by then goes on detached:
         commands meanwhile compile what they lack."""
         api = self._client.api
-        argv = ["sh", "-c", ADOPT_COMMAND, ADOPT_INSTALLED_BYTECODE, tree]
+        argv = ["sh", "-c", BYTECODE_COMMAND, ADOPT_INSTALLED_BYTECODE, *trees]
         with contextlib.suppress(docker.errors.DockerException):  # an optimisation: never fails a command
             wait = deadline - time.monotonic()
             if wait > 0.1:
@@ -432,7 +479,7 @@ class DockerSandbox(Sandbox):
             "GAGAR_TIMEOUT": f"{timeout:g}",
             "GAGAR_KILL_AFTER": f"{self.limits.kill_after:g}",
             "GAGAR_SETUP": "1" if setup else "0",
-            "GAGAR_KEEP": "1" if target in slot.keep and not setup else "0",
+            "GAGAR_KEEP": "1" if target in slot.keep else "0",
             "GAGAR_TESTS": self._helpers["tests"][0],
             "GAGAR_GIT": self._helpers["git"][0],
             "GAGAR_TEST_COMMAND": self.test_command or "",
@@ -493,16 +540,19 @@ class DockerSandbox(Sandbox):
         return slot.boxes[target]
 
     def _adopt(self, slot: _Slot, container: Any, uid: int, box: str, target: str) -> None:
-        """Copy a set-up tree into /pristine (as root: nobody else can change it there) and drop the box."""
+        """Make the set-up tree in `box` the target's pristine one: a copy in /pristine (as root: nobody
+        else can change it there) sharing what the setup left unchanged with the old one (see `adoption`).
+        The box stays as the target's kept tree when it is one (`_Slot.keep`: it equals the new pristine
+        tree, so the next command need not copy it), else it goes."""
         dest = f"/pristine/{secrets.token_hex(12)}"
-        copy = container.exec_run(
-            ["sh", "-c", _ADOPT, "gagar-adopt", f"{box}/t", dest], user="0:0", environment={"LANG": "C"}
-        )
-        container.exec_run(["rm", "-rf", box], user=f"{uid}:{uid}")
+        argv = [ADOPT_SET_UP_TREE, slot.sources[target], f"{box}/t", f"{box}/.setup", dest]
+        copy = container.exec_run(["sh", "-c", ADOPT_COMMAND, *argv], user="0:0", environment={"LANG": "C"})
+        if copy.exit_code != 0 or target not in slot.keep:
+            container.exec_run(["rm", "-rf", box], user=f"{uid}:{uid}")
         if copy.exit_code != 0:
             raise SandboxError(f"could not keep the set-up tree of {target!r}: {copy.output[-2000:]!r}")
         slot.sources[target] = dest
-        self._adopt_bytecode(container, dest, time.monotonic() + _BYTECODE_WAIT)
+        self._adopt_bytecode(container, [dest], time.monotonic() + _BYTECODE_WAIT)
 
     def _kill_uid(self, container: Any, uid: int, box: str) -> None:
         """Kill every process of `uid` and remove its box; kill the container if even that fails."""
@@ -602,63 +652,16 @@ def _remove_container(container: Any) -> None:
         raise SandboxError(f"could not remove container {container.name}: {exc}") from exc
 
 
-def _kept_trees(archives: dict[str, bytes], limits: Limits) -> set[str]:
+def _kept_trees(sizes: dict[str, int], limits: Limits) -> set[str]:
     """The targets whose tree a slot keeps between commands: as many as fit, in order, in a quarter of the
-    scratch space (kept trees live there, beside what commands write)."""
+    scratch space (kept trees live there, beside what commands write); `sizes` are their archives'."""
     kept, room = set(), limits.scratch_bytes // 4
-    for target, data in archives.items():
-        if len(data) > room:
+    for target, size in sizes.items():
+        if size > room:
             break
         kept.add(target)
-        room -= len(data)
+        room -= size
     return kept
-
-
-def _bundle(archives: dict[str, bytes]) -> tuple[bytes, dict[str, str]]:
-    """One tar holding every target's tree under an unguessable top-level name; the names by target.
-
-    A file that an earlier tree of the bundle holds at the same path with the same bytes and mode is a hard
-    link to it (candidates share nearly every file with base): the bundle, and the trees it becomes in the
-    slot's /pristine, hold each such file once. Nothing writes to a pristine file (commands copy it; a
-    set-up tree is a new copy), so no command's tree changes through a link.
-
-    Raises `SandboxError` for a member that is absolute or climbs out with `..` (not what `git archive`
-    makes), or for a member type other than file, directory or symlink.
-    """
-    names = {t: secrets.token_hex(12) for t in archives}
-    seen: dict[str, list[tuple[int, bytes, str]]] = {}  # path -> (mode, bytes, where the bundle holds it)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as bundle:
-        for target, data in archives.items():
-            top = tarfile.TarInfo(names[target])
-            top.type, top.mode, top.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
-            bundle.addfile(top)
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as source:
-                for member in source:
-                    parts = member.name.split("/")
-                    if member.name.startswith("/") or ".." in parts:
-                        raise SandboxError(f"archive of {target!r} has an unsafe member {member.name!r}")
-                    if not (member.isfile() or member.isdir() or member.issym()):
-                        raise SandboxError(f"archive of {target!r} has an unsupported member {member.name!r}")
-                    path = member.name.rstrip("/")
-                    member.name = f"{names[target]}/{path}"
-                    member.uid = member.gid = 0
-                    member.uname = member.gname = "root"
-                    # git archive's global header (the commit id) would otherwise be repeated per member.
-                    member.pax_headers = {}
-                    if not member.isfile():
-                        bundle.addfile(member)
-                        continue
-                    content = source.extractfile(member).read()  # type: ignore[union-attr]
-                    versions = seen.setdefault(path, [])
-                    held = next((n for m, c, n in versions if m == member.mode and c == content), None)
-                    if held is not None:
-                        member.type, member.linkname, member.size = tarfile.LNKTYPE, held, 0
-                        bundle.addfile(member)
-                    else:
-                        versions.append((member.mode, content, member.name))
-                        bundle.addfile(member, io.BytesIO(content))
-    return buf.getvalue(), names
 
 
 def _exec_with_stdin(

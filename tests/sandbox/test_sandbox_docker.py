@@ -206,6 +206,97 @@ def test_a_tree_nothing_changed_is_kept_and_any_change_means_a_fresh_copy(trees)
             assert check == "intact", what
 
 
+def test_a_tree_made_from_its_changes_equals_its_whole_archive(tmp_path) -> None:
+    import os
+
+    from tests.support.conftest_sandbox import GitTrees, WholeGitTrees
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def commit(message: str) -> None:
+        for args in (["add", "-A"], ["commit", "-qm", message]):
+            subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+    subprocess.run(["git", "-C", str(repo), "init", "-q", "-b", "main"], check=True)
+    odd = ["sp ace.txt", "-dash.txt", "star*.txt", "new\nline.txt", os.fsdecode(b"bad\xffname.txt")]
+    files = {
+        "same.txt": "same\n",
+        "dir/keep.txt": "k\n",
+        "dir/gone/only.txt": "o\n",
+        "file_to_dir": "f\n",
+        "dir_to_file/x.txt": "x\n",
+        "tool.sh": "echo\n",
+        **{name: "odd\n" for name in odd},
+    }
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    os.symlink("same.txt", repo / "link")
+    commit("base")
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "A"], check=True)
+    (repo / "dir/gone/only.txt").unlink()
+    (repo / "dir/gone").rmdir()
+    (repo / "file_to_dir").unlink()
+    (repo / "file_to_dir").mkdir()
+    (repo / "file_to_dir/inside.txt").write_text("i\n")
+    (repo / "dir_to_file/x.txt").unlink()
+    (repo / "dir_to_file").rmdir()
+    (repo / "dir_to_file").write_text("now a file\n")
+    (repo / "tool.sh").chmod(0o755)
+    (repo / "link").unlink()
+    (repo / "link").write_text("was a link\n")
+    os.symlink("dir/keep.txt", repo / "new_link")
+    for name in odd:
+        (repo / name).write_text("changed\n")
+    commit("A")
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "B", "main"], check=True)
+    (repo / odd[0]).unlink()
+    commit("B")
+    branches = {"base": "main", "A": "A", "B": "B"}
+    # Every entry: type, mode, size, link target, name; then every file's bytes.
+    listing = (
+        "find . -path ./__pycache__ -prune -o -printf '%y %m %s %l %p\\0' | sort -z | tr '\\0' '\\n'; "
+        "find . -type f -print0 | sort -z | xargs -0 sha256sum"
+    )
+    seen = {}
+    for source in (GitTrees(repo, branches), WholeGitTrees(repo, branches)):
+        with open_sandbox(source, limits=LIMITS, slots=2) as sb:  # the second slot has no base target
+            runs = sb.exec_many(["base", "A", "B"], listing)
+        assert all(r.ok for r in runs.values()), runs
+        seen[type(source).__name__] = {t: r.stdout for t, r in runs.items()}
+    assert seen["GitTrees"] == seen["WholeGitTrees"]
+    assert "./dir/gone" not in seen["GitTrees"]["A"] and "./dir/gone" in seen["GitTrees"]["base"]
+    assert "./file_to_dir/inside.txt" in seen["GitTrees"]["A"]
+
+
+def test_a_set_up_tree_is_what_the_setup_left_first_kept_then_copied(trees) -> None:
+    # The setup writes, rewrites, removes, makes private, links and nests; root adopts the result by linking
+    # what it left alone and copying the rest, and the first command runs in the setup's own tree.
+    setup = (
+        "echo made > made.txt && mkdir -p made/deep && echo deep > made/deep/f && echo set up > a.txt && "
+        "rm tests/test_add.py && chmod 600 made.txt && ln -s a.txt link && python3 -c 'import pkg'"
+    )
+    state = (
+        "stat -c %z .; find . -printf '%y %m %s %l %p\\n' | sort; "
+        "find . -type f -print0 | sort -z | xargs -0 sha256sum"
+    )
+    with open_sandbox(trees, limits=LIMITS, setup=setup, slots=1) as sb:
+        first = sb.exec("B", state)
+        assert first.ok and sb.setup_results["B"].ok, (first, sb.setup_results)
+        copied_at, listing = first.stdout.split("\n", 1)
+        # made.txt: what a setup makes is left readable by all (root adopts it), never writable by others.
+        for entry in ("f 644 7  ./a.txt\n", "l 777 5 a.txt ./link\n", "f 644 5  ./made.txt", "./made/deep/f"):
+            assert entry in listing, (entry, listing)
+        assert "./tests/test_add.py" not in listing and "./b_only.txt" in listing
+        assert sb.exec("B", "stat -c %z .").stdout.strip() == copied_at  # the setup's tree, kept
+        assert sb.exec("B", "echo more >> a.txt").ok  # a change: the next command gets a fresh copy
+        again = sb.exec("B", state)
+        assert again.ok and again.stdout.split("\n", 1)[0] != copied_at
+        assert again.stdout.split("\n", 1)[1] == listing  # the adopted tree: what the setup left, exactly
+        assert sb.exec("base", "cat a.txt; test -e tests/test_add.py || echo gone").stdout == "set up\ngone\n"
+
+
 def test_run_tests_and_setup(trees) -> None:
     with open_sandbox(
         trees, setup="echo built > built.txt", test_command="python3 -m pytest -q -p no:cacheprovider"
