@@ -16,6 +16,7 @@ modules it copied, and never fails the setup (exit 0).
 from __future__ import annotations
 
 import importlib.machinery
+import os
 import shutil
 import sys
 import sysconfig
@@ -41,13 +42,18 @@ def copy_compiled(tree: Path, site_packages: Path) -> list[str]:
         for package in sorted(site_packages.iterdir()):
             if not package.is_dir() or not (root / package.name / "__init__.py").is_file():
                 continue
-            for module in sorted(package.rglob("*")):
-                if not module.name.endswith(suffixes) or not module.is_file():
-                    continue
-                destination = root / module.relative_to(site_packages)
-                if destination.parent.is_dir() and not destination.exists():
-                    shutil.copy2(module, destination)
-                    copied.append(destination.relative_to(tree).as_posix())
+            # os.walk, not Path.rglob: a sympy install is 3,000 entries, and this runs in every target's
+            # setup (rglob took 250 ms of it, os.walk 30 to 60 ms); bytecode folders hold no extension.
+            for folder, folders, files in os.walk(package):
+                folders[:] = sorted(d for d in folders if d != "__pycache__")
+                for name in sorted(files):
+                    module = Path(folder, name)
+                    if not name.endswith(suffixes) or not module.is_file():
+                        continue
+                    destination = root / module.relative_to(site_packages)
+                    if destination.parent.is_dir() and not destination.exists():
+                        shutil.copy2(module, destination)
+                        copied.append(destination.relative_to(tree).as_posix())
     return sorted(copied)
 
 
