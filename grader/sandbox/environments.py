@@ -49,7 +49,7 @@ from grader.sandbox.images import build_interpreter_image, image_hash
 from grader.sandbox.interpreters import InterpreterChoice, choose_interpreter
 from grader.sandbox.layer_spec import EnvironmentSpec
 from grader.sandbox.pins import adjust
-from grader.sandbox.requirements import honour, unhonourable
+from grader.sandbox.requirements import honour, included_files, unhonourable
 from grader.util.cachedirs import machine_cache
 from grader.util.filelock import file_lock
 
@@ -160,6 +160,25 @@ def build_environment(
             an earlier build of the same layer; the message says why (the missing requirement, the timeout,
             the full disk) and where the log is.
     """
+    layer = _layer(
+        spec, source, timeout=timeout, log_bytes=log_bytes, force=force, no_cache=no_cache, retry=retry
+    )
+    assert layer is not None  # only `reuse_only` gives None
+    return layer
+
+
+def _layer(
+    spec: EnvironmentSpec,
+    source: Path | None,
+    *,
+    timeout: float = DEFAULT_BUILD_TIMEOUT,
+    log_bytes: int = DEFAULT_LOG_BYTES,
+    force: bool = False,
+    no_cache: bool = False,
+    retry: bool = False,
+    reuse_only: bool = False,
+) -> EnvironmentImage | None:
+    """`build_environment`; with `reuse_only`, the layer only if it is there and up to date, else None."""
     import docker
     import docker.errors
 
@@ -202,6 +221,8 @@ def build_environment(
         digest = _context_digest(context, base_id, requirements)
         lock = cache / f"{tag.replace('/', '_').replace(':', '_')}.lock"
         with file_lock(lock, waiting=lambda: log.info("another process is building %s: waiting for it", tag)):
+            if reuse_only and (force or image_hash(client, tag) != digest):
+                return None
             if not force and image_hash(client, tag) == digest:
                 return EnvironmentImage(
                     tag,
@@ -450,6 +471,9 @@ def spec_for_task(repository: str, python: str | None, recipe: dict[str, Any] | 
 def environment_for(trees: Any, spec: EnvironmentSpec, **options: Any) -> EnvironmentImage:
     """Build (or reuse) `spec`'s layer with the "base" tree of `trees` (a `TreeSource`) as its source.
 
+    Whether the layer is there and up to date is found from the tree's requirements files alone (all that
+    its cache key reads of the tree), so reusing a layer unpacks no more of the tree than those.
+
     Args:
         trees: where the base tree comes from (`archive("base")`, a tar).
         spec: the layer.
@@ -466,14 +490,40 @@ def environment_for(trees: Any, spec: EnvironmentSpec, **options: Any) -> Enviro
     with tempfile.TemporaryDirectory(prefix="gagar-env-src-") as tmp:
         try:
             with tarfile.open(fileobj=io.BytesIO(trees.archive("base"))) as archive:
-                archive.extractall(tmp, filter="data")
+                if not options.get("force"):
+                    reused = _reuse(archive, spec, Path(tmp) / "requirements", options)
+                    if reused is not None:
+                        return reused
+                archive.extractall(Path(tmp) / "tree", filter="data")
         except (tarfile.TarError, OSError, KeyError) as exc:
             raise EnvironmentBuildError(
                 f"{spec.slug}: could not unpack the base tree: {exc}",
                 f"the task's environment ({spec.repository} {spec.version}) could not be built: "
                 "the repository's base tree could not be read",
             ) from exc
-        return build_environment(spec, Path(tmp), **options)
+        return build_environment(spec, Path(tmp) / "tree", **options)
+
+
+def _reuse(
+    archive: tarfile.TarFile, spec: EnvironmentSpec, folder: Path, options: dict[str, Any]
+) -> EnvironmentImage | None:
+    """`spec`'s layer if it is there and up to date, found with only the tree's requirements files (and
+    what they include) unpacked into `folder`; None when it must be built, or when a requirements file is
+    anything but a plain file (then the whole tree decides)."""
+    members = {m.name.rstrip("/"): m for m in archive.getmembers()}
+
+    def read(name: str) -> bytes | None:
+        member = members.get(name)
+        if member is None or not member.isfile():
+            return None
+        return archive.extractfile(member).read()  # type: ignore[union-attr]
+
+    wanted = included_files(read, spec.requirements_files)
+    if any(not members[name].isfile() for name in spec.requirements_files if name in members):
+        return None
+    folder.mkdir()
+    archive.extractall(folder, members=[members[name] for name in sorted(wanted)], filter="data")
+    return _layer(spec, folder, reuse_only=True, **options)
 
 
 def open_task_sandbox(view: Any, backend: str = "docker", limits: Any = None) -> Any:

@@ -13,8 +13,10 @@ the tree), and a backend without PEP 660's editable hook (setuptools before 64) 
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -106,4 +108,32 @@ def _includes(line: str) -> list[str]:
             found.append(word.split("=", 1)[1])
         elif word[:2] in ("-r", "-c") and len(word) > 2:
             found.append(word[2:])
+    return found
+
+
+def included_files(read: Callable[[str], bytes | None], names: Iterable[str]) -> set[str]:
+    """The requirements files `names` and every file they include, as `honour` would visit them, by their
+    paths relative to the tree's root.
+
+    Args:
+        read: a file's bytes by its path relative to the root, or None when the tree has no such file.
+        names: the requirements files to start from.
+
+    Returns:
+        Every such path that is in the tree (includes leaving the root are left out, as `honour` does).
+    """
+    found: set[str] = set()
+    pending = [posixpath.normpath(name) for name in names]
+    while pending:
+        name = pending.pop()
+        if name in found or name.startswith(("../", "/")) or name == "..":
+            continue
+        data = read(name)
+        if data is None:
+            continue
+        found.add(name)
+        for line in data.decode("utf-8", "replace").splitlines():
+            if not unhonourable(line):
+                folder = posixpath.dirname(name)
+                pending += [posixpath.normpath(posixpath.join(folder, i)) for i in _includes(line)]
     return found

@@ -6,6 +6,8 @@ their tags between runs, so only the first run pays for the builds.
 
 from __future__ import annotations
 
+import io
+import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +21,7 @@ from grader.sandbox.environments import (
     EnvironmentSpec,
     FailureMemory,
     build_environment,
+    environment_for,
 )
 from tests.conftest import llm_grader
 from tests.support.conftest_sandbox import docker_marks, make_repo
@@ -272,6 +275,37 @@ def test_a_vcs_requirement_is_left_out_listed_and_the_rest_installs(tmp_path) ->
     with open_sandbox(make_repo(tmp_path), image=layer.tag) as sb:
         probe = sb.exec("base", "python -c 'import six; print(six.__version__)'")
     assert probe.stdout.strip() == "1.16.0", probe.stderr
+
+
+class _FolderTrees:
+    """A `TreeSource` whose one target, base, is a folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def targets(self) -> list[str]:
+        return ["base"]
+
+    def archive(self, target: str) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for path in sorted(self.root.rglob("*")):
+                tar.add(path, arcname=path.relative_to(self.root).as_posix(), recursive=False)
+        return buf.getvalue()
+
+
+def test_a_layer_found_up_to_date_from_the_requirements_files_says_what_a_full_check_says(tmp_path) -> None:
+    spec = _spec("unhonoured", requirements_files=("requirements.txt",))
+    tree = _tree(tmp_path / "t", "-r docs.txt\nsix==1.16.0\n", "X = 1\n")
+    (tree / "docs.txt").write_text("git+https://github.com/sphinx-doc/sphinx.git@v4.0.0#egg=sphinx\n")
+    full = build_environment(spec, tree)  # the layer of the test before: reused, or built once
+    reused = environment_for(_FolderTrees(tree), spec)
+    assert not reused.built and reused.tag == full.tag
+    assert (reused.notes, reused.unhonoured) == (full.notes, full.unhonoured)
+    # An include's lines are not part of the layer's key, but what it leaves out is still said.
+    (tree / "docs.txt").write_text("six\nhg+https://example.org/repo#egg=other\n")
+    changed = environment_for(_FolderTrees(tree), spec)
+    assert not changed.built and changed.unhonoured == ("docs.txt:2: hg+https://example.org/repo#egg=other",)
 
 
 def _group_file(tmp_path: Path, name: str, tasks: list[dict]) -> Path:

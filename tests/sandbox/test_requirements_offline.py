@@ -11,7 +11,7 @@ import pytest
 from grader.errors import EnvironmentBuildError
 from grader.sandbox.builds import FailureMemory, failure_of
 from grader.sandbox.environments import plan_layer, spec_for_task
-from grader.sandbox.requirements import honour, unhonourable
+from grader.sandbox.requirements import honour, included_files, unhonourable
 
 
 @pytest.mark.parametrize(
@@ -70,6 +70,18 @@ def test_a_file_and_its_includes_are_rewritten_without_the_unhonourable_lines(tm
     assert docs[1] == "six==1.16.0" and docs[0].startswith("# left out by gagar")
     assert "pytest==7.4.4" in dev.read_text()
     assert (tmp_path / "outside.txt").read_text() == "git+https://example.com/x.git\n"  # outside the tree
+
+
+def test_the_files_a_requirements_file_includes_are_found_as_honour_visits_them() -> None:
+    files = {
+        "requirements.txt": b"-r reqs/dev.txt\nsix\n",
+        "reqs/dev.txt": b"--requirement=base.txt  # base\n-c ../constraints.txt\ngit+https://x/y -r no.txt\n",
+        "reqs/base.txt": b"-r dev.txt\n-r ../../outside.txt\n-r missing.txt\n",
+        "constraints.txt": b"six<2\n",
+        "no.txt": b"never read: its only include is on a line honour leaves out\n",
+    }
+    found = included_files(files.get, ["requirements.txt", "absent.txt"])
+    assert found == {"requirements.txt", "reqs/dev.txt", "reqs/base.txt", "constraints.txt"}
 
 
 def test_a_local_editable_install_is_made_plain_and_the_rest_kept(tmp_path: Path) -> None:
