@@ -15,6 +15,7 @@ import pytest
 from grader.evaluation.benchmark import load_benchmark
 from grader.graders.evidence import OutcomeCache, render_table
 from grader.graders.heuristic import HeuristicGrader
+from grader.sandbox.environments import environment_for, spec_for_task
 from grader.util.cachedirs import machine_cache
 from grader.workspace.mirrors import MirrorCache
 from grader.workspace.workspace import open_workspace
@@ -51,6 +52,9 @@ def test_a_statement_probe_separates_a_resolved_patch_from_an_unresolved_one(tmp
     mirrors = MirrorCache(USER_CACHE / "mirrors")
     with open_workspace(_group(), mirrors=mirrors) as workspace:
         view = workspace.view()
+        # The stage runs only in a layer already built (an unbuilt one is skipped, named): build it first.
+        task = view.task
+        environment_for(view, spec_for_task(task.repo, task.python, task.environment))
         evidence = grader.gather_evidence(view)
         grade = grader.grade(view)
     assert not evidence.skipped, evidence.skipped
